@@ -1,0 +1,26 @@
+# Two commands do everything on a fresh machine:
+#   make run    prepare the venv and the tiny model, then `serve run configs/local.yaml`
+#   make test   prepare the same, then run the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CONFIG ?= configs/local.yaml
+
+.PHONY: setup run test test-unit bench validate
+
+setup:
+	scripts/setup_env.sh $(VENV)
+
+run: setup
+	$(VENV)/bin/serve run $(CONFIG)
+
+test: setup
+	$(PY) -m pytest -v tests
+
+test-unit: setup
+	$(PY) -m pytest -v -m "not e2e and not slow" tests
+
+validate: setup
+	$(PY) -m serve_app.cli validate configs/local.yaml configs/prod.yaml
+
+bench: setup
+	$(PY) benchmarks/throughput.py --config $(CONFIG)

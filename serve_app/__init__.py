@@ -1,0 +1,1 @@
+"""serve_app: the logic of the serving system, importable without a running cluster."""

@@ -1,0 +1,209 @@
+"""The OpenAI-compatible HTTP surface, over any `ModelBackend`.
+
+The Ray Serve router (`deployments.router`) is one backend; tests plug in an
+in-process one. Everything HTTP lives here: body limits, JSON and UTF-8 checks,
+validation errors, SSE, gzip, and OpenAI-style error bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, Protocol, TypeVar
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from serve_app.config import AppConfig
+from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.errors import APIError
+from serve_app.openai_adapter import (
+    chat_generation_request,
+    chat_response,
+    chat_sse,
+    completion_generation_request,
+    completion_response,
+    completion_sse,
+)
+from serve_app.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    new_id,
+    now,
+)
+from serve_app.templates import TemplateRegistry
+
+RequestModel = TypeVar("RequestModel", bound=BaseModel)
+
+
+class ModelBackend(Protocol):
+    """Where generation happens: a model name plus an engine request."""
+
+    async def generate(self, model: str, request: GenerationRequest) -> GenerationResult | EngineError:
+        ...
+
+    def stream(
+        self, model: str, request: GenerationRequest
+    ) -> AsyncIterator[GenerationChunk | EngineError]:
+        ...
+
+
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, within `limit` bytes, or an APIError."""
+    too_large = APIError(413, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise too_large
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_utf8") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise APIError(
+            400, f"request body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            code="invalid_json",
+        ) from None
+    if not isinstance(value, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return value
+
+
+def parse(model: type[RequestModel], body: dict[str, Any]) -> RequestModel:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise APIError.from_validation(exc) from None
+
+
+class OpenAIServer:
+    """Request handling shared by both completion endpoints."""
+
+    def __init__(self, config: AppConfig, backend: ModelBackend) -> None:
+        self._config = config
+        self._backend = backend
+        self._templates = TemplateRegistry(config.templates)
+        self._models = config.model_by_name()
+        self._created = now()
+
+    def model_list(self) -> ModelList:
+        return ModelList(
+            data=[
+                ModelCard(id=name, created=self._created, max_model_len=model.engine.max_model_len)
+                for name, model in self._models.items()
+            ]
+        )
+
+    def resolve_model(self, requested: str | None) -> str:
+        if requested is None:
+            return self._config.models[0].name
+        if requested not in self._models:
+            raise APIError(
+                404,
+                f"The model '{requested}' does not exist (served: {', '.join(self._models)})",
+                param="model",
+                code="model_not_found",
+            )
+        return requested
+
+    async def _complete(self, model: str, request: GenerationRequest) -> GenerationResult:
+        try:
+            async with asyncio.timeout(self._config.router.request_timeout_s):
+                result = await self._backend.generate(model, request)
+        except TimeoutError:
+            raise APIError(504, "the request took longer than the server allows", code="timeout") from None
+        if isinstance(result, EngineError):
+            raise APIError.from_engine(result)
+        return result
+
+    async def _open_stream(
+        self, model: str, request: GenerationRequest
+    ) -> AsyncIterator[GenerationChunk | EngineError]:
+        """Start a stream; an error before any output becomes a plain HTTP error."""
+        chunks = self._backend.stream(model, request)
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        if isinstance(first, EngineError):
+            await chunks.aclose()
+            raise APIError.from_engine(first)
+
+        async def replay() -> AsyncIterator[GenerationChunk | EngineError]:
+            try:
+                if first is not None:
+                    yield first
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                await chunks.aclose()
+
+        return replay()
+
+    async def chat(self, http: Request) -> Response:
+        body = await read_json_object(http, self._config.router.max_body_bytes)
+        request = parse(ChatCompletionRequest, body)
+        model = self.resolve_model(request.model)
+        request_id = new_id("chatcmpl")
+        generation = chat_generation_request(request, self._templates, request_id)
+        if not request.stream:
+            result = await self._complete(model, generation)
+            return JSONResponse(chat_response(request_id, model, result).model_dump())
+        chunks = await self._open_stream(model, generation)
+        return event_stream(chat_sse(request_id, model, chunks, request.include_usage))
+
+    async def completions(self, http: Request) -> Response:
+        body = await read_json_object(http, self._config.router.max_body_bytes)
+        request = parse(CompletionRequest, body)
+        model = self.resolve_model(request.model)
+        request_id = new_id("cmpl")
+        generation = completion_generation_request(request, self._templates, request_id)
+        if not request.stream:
+            result = await self._complete(model, generation)
+            return JSONResponse(completion_response(request_id, model, result).model_dump())
+        chunks = await self._open_stream(model, generation)
+        return event_stream(completion_sse(request_id, model, chunks, request.include_usage))
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
+    """The FastAPI app serving `/v1/*` and `/health` over `backend`."""
+    server = OpenAIServer(config, backend)
+    app = FastAPI(title="serve_app", docs_url=None, redoc_url=None)
+    app.add_middleware(GZipMiddleware, minimum_size=config.router.gzip_min_bytes)
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return APIError(exc.status_code, str(exc.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, exc: Exception) -> Response:
+        return APIError(500, f"internal error: {type(exc).__name__}").response()
+
+    app.add_api_route("/v1/chat/completions", server.chat, methods=["POST"])
+    app.add_api_route("/v1/completions", server.completions, methods=["POST"])
+    app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
+    app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    return app

@@ -1,0 +1,57 @@
+"""`serve-app` command line: validate configs, prepare the tiny model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+def validate(paths: list[str]) -> int:
+    """Validate each Serve config file's application args; print what failed."""
+    from serve_app.config import app_configs, load_serve_config
+
+    failed = 0
+    for path in paths:
+        try:
+            apps = app_configs(load_serve_config(path))
+        except (ValidationError, ValueError, OSError) as exc:
+            failed += 1
+            print(f"{path}: INVALID\n{exc}", file=sys.stderr)
+            continue
+        for name, config in apps.items():
+            models = ", ".join(f"{m.name} ({m.engine.quantization or 'unquantized'})" for m in config.models)
+            print(f"{path}: app {name!r} ok: models {models}; {len(config.templates)} templates")
+    return 1 if failed else 0
+
+
+def prepare_model(dest: str) -> int:
+    from serve_app.model_prep import is_prepared, prepare_smollm2
+
+    target = Path(dest)
+    if is_prepared(target):
+        print(f"[model] {target} already prepared")
+        return 0
+    print(f"[model] converting the SmolLM2-135M-Instruct GGUF to a HF checkpoint at {target} (~20 s)")
+    prepare_smollm2(target)
+    print(f"[model] wrote {target}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("validate", help="validate Serve config files")
+    check.add_argument("paths", nargs="+")
+    prep = commands.add_parser("prepare-model", help="convert the shipped tiny model once")
+    prep.add_argument("--dest", default="models/SmolLM2-135M-Instruct")
+    args = parser.parse_args(argv)
+    if args.command == "validate":
+        return validate(args.paths)
+    return prepare_model(args.dest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

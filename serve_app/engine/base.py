@@ -1,0 +1,141 @@
+"""The engine interface the LLM replica talks to, and the data that crosses it.
+
+Backends (vLLM today; llama.cpp or TensorRT-LLM later) implement `LLMEngine`.
+Requests arrive as text or chat messages; the engine owns tokenization, so
+context-length checks happen where the tokenizer lives.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int | None = None
+    """Output cap; None means whatever the context leaves after the prompt."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    sampling: SamplingOptions
+    prompt: str | None = None
+    """Raw prompt text (completions); exactly one of prompt/messages is set."""
+    messages: tuple[tuple[str, str], ...] | None = None
+    """(role, content) pairs (chat); rendered with the model's chat template."""
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("GenerationRequest needs exactly one of prompt or messages")
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """One step of output: new text and how many tokens it took."""
+
+    text: str
+    num_tokens: int
+    prompt_tokens: int
+    finish_reason: str | None = None
+
+
+@dataclass
+class GenerationResult:
+    text: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+    def add(self, chunk: GenerationChunk) -> None:
+        self.text += chunk.text
+        self.prompt_tokens = chunk.prompt_tokens
+        self.completion_tokens += chunk.num_tokens
+        self.finish_reason = chunk.finish_reason or self.finish_reason
+
+
+@dataclass(frozen=True)
+class EngineError:
+    """A request the engine refused, sent back as data (not as an exception)."""
+
+    message: str
+    status: int = 400
+    param: str | None = None
+    code: str | None = None
+    type: str = "invalid_request_error"
+
+
+class EngineRequestError(Exception):
+    """Raised by engines for a request they cannot serve as asked."""
+
+    def __init__(self, error: EngineError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    max_model_len: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class LLMEngine(abc.ABC):
+    """What an LLM replica needs from an inference engine."""
+
+    @abc.abstractmethod
+    async def start(self) -> EngineInfo:
+        """Load the model; return facts the router shows (`/v1/models`)."""
+
+    @abc.abstractmethod
+    def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Yield output as it is produced. Raises `EngineRequestError` before the
+        first chunk when the request cannot be served (e.g. prompt too long)."""
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        result = GenerationResult()
+        async for chunk in self.stream(request):
+            result.add(chunk)
+        return result
+
+    @abc.abstractmethod
+    async def check_health(self) -> None:
+        """Raise if the engine can no longer serve."""
+
+    def shutdown(self) -> None:
+        """Release the engine's processes and memory."""
+
+
+def output_budget(prompt_tokens: int, requested: int | None, max_model_len: int) -> int:
+    """Output tokens a request may generate, or an `EngineRequestError`."""
+    room = max_model_len - prompt_tokens
+    if room <= 0:
+        raise EngineRequestError(
+            EngineError(
+                f"This model's maximum context length is {max_model_len} tokens; the "
+                f"prompt has {prompt_tokens} tokens, which leaves no room for output.",
+                code="context_length_exceeded",
+            )
+        )
+    if requested is None:
+        return room
+    if requested > room:
+        raise EngineRequestError(
+            EngineError(
+                f"This model's maximum context length is {max_model_len} tokens; the "
+                f"prompt has {prompt_tokens} tokens and max_tokens asks for {requested} "
+                f"more ({prompt_tokens + requested} in all). Lower max_tokens to at most {room}.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        )
+    return requested

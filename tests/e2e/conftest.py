@@ -1,0 +1,27 @@
+"""One live app for the whole e2e session: `serve run` on the shipped
+configs/local.yaml (only the HTTP port moved to a free one), real model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from serve_app.local_servers import ServeRunServer
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="session")
+def live_app():
+    """Base URL (…/v1) of the running app."""
+    server = ServeRunServer(
+        REPO / "configs" / "local.yaml",
+        cwd=REPO,
+        startup_timeout_s=float(os.environ.get("E2E_STARTUP_TIMEOUT_S", "420")),
+    )
+    seconds = server.start()
+    print(f"\n[e2e] serve run answering after {seconds:.0f}s on :{server.port} (log: {server.log_path})")
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
