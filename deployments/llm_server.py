@@ -7,9 +7,9 @@ from typing import AsyncIterator, Callable
 
 from serve_app.config import ModelConfig
 from serve_app.engine import create_engine
+from serve_app.engine.coalesce import coalesce
 from serve_app.engine.base import (
     EngineError,
-    EngineInfo,
     EngineRequestError,
     GenerationChunk,
     GenerationRequest,
@@ -32,11 +32,8 @@ class LLMServer:
     async def __init__(self, model: ModelConfig, engine_factory: EngineFactory = create_engine) -> None:
         self._model = model
         self._engine = engine_factory(model)
-        self._info = await self._engine.start()
-        logger.info("model %s ready (max_model_len=%d)", model.name, self._info.max_model_len)
-
-    def info(self) -> EngineInfo:
-        return self._info
+        info = await self._engine.start()
+        logger.info("model %s ready (max_model_len=%d)", model.name, info.max_model_len)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult | EngineError:
         try:
@@ -46,7 +43,8 @@ class LLMServer:
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
         try:
-            async for chunk in self._engine.stream(request):
+            chunks = coalesce(self._engine.stream(request), self._model.stream_interval_ms / 1000)
+            async for chunk in chunks:
                 yield chunk
         except EngineRequestError as exc:
             yield exc.error

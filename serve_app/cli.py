@@ -1,4 +1,4 @@
-"""`serve-app` command line: validate configs, prepare the tiny model."""
+"""`serve-app` command line: validate configs, prepare and quantize the tiny model."""
 
 from __future__ import annotations
 
@@ -40,6 +40,17 @@ def prepare_model(dest: str) -> int:
     return 0
 
 
+def quantize(src: str, dest: str) -> int:
+    from serve_app.model_prep import is_prepared, quantize_w8a8_int8
+
+    if is_prepared(Path(dest)):
+        print(f"[model] {dest} already prepared")
+        return 0
+    quantize_w8a8_int8(Path(src), Path(dest))
+    print(f"[model] wrote the W8A8 INT8 checkpoint {dest}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -47,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("paths", nargs="+")
     prep = commands.add_parser("prepare-model", help="convert the shipped tiny model once")
     prep.add_argument("--dest", default="models/SmolLM2-135M-Instruct")
+    quant = commands.add_parser("quantize-w8a8", help="write an INT8 (W8A8) copy of a prepared checkpoint")
+    quant.add_argument("--src", default="models/SmolLM2-135M-Instruct")
+    quant.add_argument("--dest", default="models/SmolLM2-135M-Instruct-W8A8")
     args = parser.parse_args(argv)
     if args.command == "validate":
         return validate(args.paths)
+    if args.command == "quantize-w8a8":
+        return quantize(args.src, args.dest)
     return prepare_model(args.dest)
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serve_app.templates import PromptTemplate
+
 ENGINE_BACKENDS = ("vllm",)
 """Engine backends the builder can construct (see `serve_app.engine.create_engine`)."""
 
@@ -116,6 +118,9 @@ class ModelConfig(StrictModel):
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 1})
     )
     """Ray Serve options of this model's replicas."""
+    stream_interval_ms: float = Field(default=50.0, ge=0)
+    """Streamed output is sent to the router at most this often (the first token
+    at once); fewer, larger chunks leave more CPU to the engine. 0 sends every step."""
 
     @field_validator("name")
     @classmethod
@@ -175,8 +180,6 @@ class AppConfig(StrictModel):
 
     @model_validator(mode="after")
     def _templates_parse(self) -> AppConfig:
-        from serve_app.templates import PromptTemplate
-
         for name, template in self.templates.items():
             PromptTemplate(name, template)  # raises ValueError naming the template
         return self

@@ -8,7 +8,7 @@ context-length checks happen where the tokenizer lives.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 
@@ -86,7 +86,6 @@ class EngineRequestError(Exception):
 @dataclass(frozen=True)
 class EngineInfo:
     max_model_len: int
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class LLMEngine(abc.ABC):
@@ -94,7 +93,7 @@ class LLMEngine(abc.ABC):
 
     @abc.abstractmethod
     async def start(self) -> EngineInfo:
-        """Load the model; return facts the router shows (`/v1/models`)."""
+        """Load the model; return what the replica reports about it."""
 
     @abc.abstractmethod
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:

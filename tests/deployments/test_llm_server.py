@@ -11,7 +11,6 @@ def request(max_tokens: int | None, prompt: str = "a b c") -> GenerationRequest:
 
 async def test_generate_returns_the_whole_result():
     server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
-    assert server.info().max_model_len == 16
     result = await server.generate(request(2))
     assert result == GenerationResult(text=" w0 w1", prompt_tokens=3, completion_tokens=2, finish_reason="length")
 
@@ -24,8 +23,15 @@ async def test_refusals_come_back_as_data_not_exceptions():
     assert len(streamed) == 1 and isinstance(streamed[0], EngineError)
 
 
-async def test_stream_yields_each_step():
-    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
+async def test_stream_yields_each_step_when_not_coalescing():
+    server = await start_llm_server(MODEL.model_copy(update={"stream_interval_ms": 0}), FakeEngine(max_model_len=16))
     chunks = [item async for item in server.stream(request(3))]
     assert [c.text for c in chunks] == [" w0", " w1", " w2"]
     assert chunks[-1].finish_reason == "length"
+
+
+async def test_stream_coalesces_steps_after_the_first():
+    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
+    chunks = [item async for item in server.stream(request(5))]
+    assert chunks[0].text == " w0" and "".join(c.text for c in chunks) == " w0 w1 w2 w3 w4"
+    assert len(chunks) < 5 and sum(c.num_tokens for c in chunks) == 5

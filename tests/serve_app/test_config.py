@@ -6,7 +6,7 @@ from serve_app.builder import build_from_config, deployment_name
 from serve_app.config import AppConfig, DeploymentOptions, app_configs, load_serve_config
 from tests.conftest import REPO
 
-CONFIG_FILES = ["configs/local.yaml", "configs/prod.yaml"]
+CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/prod.yaml"]
 
 
 def minimal(**model_overrides):
