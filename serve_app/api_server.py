@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
@@ -33,6 +34,7 @@ from serve_app.protocol import (
     CompletionRequest,
     ModelCard,
     ModelList,
+    SamplingFields,
     new_id,
     now,
 )
@@ -151,29 +153,38 @@ class OpenAIServer:
 
         return replay()
 
-    async def chat(self, http: Request) -> Response:
-        body = await read_json_object(http, self._config.router.max_body_bytes)
-        request = parse(ChatCompletionRequest, body)
-        model = self.resolve_model(request.model)
-        request_id = new_id("chatcmpl")
-        generation = chat_generation_request(request, self._templates, request_id)
-        if not request.stream:
-            result = await self._complete(model, generation)
-            return JSONResponse(chat_response(request_id, model, result).model_dump())
-        chunks = await self._open_stream(model, generation)
-        return event_stream(chat_sse(request_id, model, chunks, request.include_usage))
+    def handler(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(http: Request) -> Response:
+            return await self.handle(http, endpoint)
 
-    async def completions(self, http: Request) -> Response:
+        return handle
+
+    async def handle(self, http: Request, endpoint: Endpoint) -> Response:
         body = await read_json_object(http, self._config.router.max_body_bytes)
-        request = parse(CompletionRequest, body)
+        request = parse(endpoint.request_model, body)
         model = self.resolve_model(request.model)
-        request_id = new_id("cmpl")
-        generation = completion_generation_request(request, self._templates, request_id)
+        request_id = new_id(endpoint.id_prefix)
+        generation = endpoint.to_generation(request, self._templates, request_id)
         if not request.stream:
             result = await self._complete(model, generation)
-            return JSONResponse(completion_response(request_id, model, result).model_dump())
+            return JSONResponse(endpoint.to_response(request_id, model, result).model_dump())
         chunks = await self._open_stream(model, generation)
-        return event_stream(completion_sse(request_id, model, chunks, request.include_usage))
+        return event_stream(endpoint.to_events(request_id, model, chunks, request.include_usage))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How one completion endpoint converts its requests and outputs."""
+
+    request_model: type[SamplingFields]
+    id_prefix: str
+    to_generation: Callable[..., GenerationRequest]
+    to_response: Callable[[str, str, GenerationResult], BaseModel]
+    to_events: Callable[..., AsyncIterator[str]]
+
+
+CHAT = Endpoint(ChatCompletionRequest, "chatcmpl", chat_generation_request, chat_response, chat_sse)
+COMPLETIONS = Endpoint(CompletionRequest, "cmpl", completion_generation_request, completion_response, completion_sse)
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
@@ -202,8 +213,8 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     async def unexpected_error(_: Request, exc: Exception) -> Response:
         return APIError(500, f"internal error: {type(exc).__name__}").response()
 
-    app.add_api_route("/v1/chat/completions", server.chat, methods=["POST"])
-    app.add_api_route("/v1/completions", server.completions, methods=["POST"])
+    for path, endpoint in (("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETIONS)):
+        app.add_api_route(path, server.handler(endpoint), methods=["POST"])
     app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     return app
