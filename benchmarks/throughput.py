@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -190,7 +190,7 @@ def main() -> int:
         "engine": model.engine.model_dump(),
         "workload": {"requests": args.requests, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
                      "ignore_eos": True, "temperature": 0, "endpoint": "/v1/chat/completions (stream)"},
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "results": [asdict(r) for r in results],
     }
     if len(results) == 2:
