@@ -24,7 +24,10 @@ def _client_error(model: str, exc: Exception) -> APIError:
     elif isinstance(exc, RayActorError):
         message = f"model {model!r} lost the replica serving this request; retry"
     else:
-        return APIError(500, f"model {model!r} failed: {type(exc).__name__}: {exc}", code="engine_error")
+        # A RayTaskError's text carries the remote traceback; clients get the cause only.
+        cause = getattr(exc, "cause", None) or exc
+        detail = f"{type(cause).__name__}: {cause}"[:300]
+        return APIError(500, f"model {model!r} failed: {detail}", code="engine_error")
     return APIError(503, message, code="unavailable", retry_after_s=RETRY_AFTER_S)
 
 

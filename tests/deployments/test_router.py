@@ -56,3 +56,16 @@ async def test_replica_call_failures(small_config, stream, exc, status, needle):
     assert needle in response.json()["error"]["message"]
     if status == 503:
         assert response.headers["retry-after"] == "1"
+
+
+async def test_remote_tracebacks_do_not_reach_the_client(small_config):
+    from ray.exceptions import RayTaskError
+
+    remote = RayTaskError("stream", "Traceback (most recent call last):\n  secret/path.py", ValueError("bad"))
+    handles = {model.name: FailingHandle(remote) for model in small_config.models}
+    app = OpenAIRouter(small_config, handles).__serve_build_asgi_app__()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        response = await http.post("/v1/completions", json={"prompt": "x"})
+    message = response.json()["error"]["message"]
+    assert response.status_code == 500 and "ValueError: bad" in message
+    assert "secret/path.py" not in message
