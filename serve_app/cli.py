@@ -27,27 +27,16 @@ def validate(paths: list[str]) -> int:
     return 1 if failed else 0
 
 
-def prepare_model(dest: str) -> int:
-    from serve_app.model_prep import is_prepared, prepare_smollm2
-
-    target = Path(dest)
-    if is_prepared(target):
-        print(f"[model] {target} already prepared")
-        return 0
-    print(f"[model] converting the SmolLM2-135M-Instruct GGUF to a HF checkpoint at {target} (~20 s)")
-    prepare_smollm2(target)
-    print(f"[model] wrote {target}")
-    return 0
-
-
-def quantize(src: str, dest: str) -> int:
-    from serve_app.model_prep import is_prepared, quantize_w8a8_int8
+def build_once(dest: str, doing: str, build) -> int:
+    """Run `build` unless `dest` is already a prepared checkpoint."""
+    from serve_app.model_prep import is_prepared
 
     if is_prepared(Path(dest)):
         print(f"[model] {dest} already prepared")
         return 0
-    quantize_w8a8_int8(Path(src), Path(dest))
-    print(f"[model] wrote the W8A8 INT8 checkpoint {dest}")
+    print(f"[model] {doing} at {dest}")
+    build()
+    print(f"[model] wrote {dest}")
     return 0
 
 
@@ -64,9 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "validate":
         return validate(args.paths)
+    from serve_app.model_prep import prepare_smollm2, quantize_w8a8_int8
+
     if args.command == "quantize-w8a8":
-        return quantize(args.src, args.dest)
-    return prepare_model(args.dest)
+        return build_once(
+            args.dest, "writing a W8A8 INT8 copy of " + args.src,
+            lambda: quantize_w8a8_int8(Path(args.src), Path(args.dest)),
+        )
+    return build_once(
+        args.dest, "converting the SmolLM2-135M-Instruct GGUF to a HF checkpoint (~20 s)",
+        lambda: prepare_smollm2(Path(args.dest)),
+    )
 
 
 if __name__ == "__main__":

@@ -51,13 +51,12 @@ async def coalesce(chunks: AsyncIterator[GenerationChunk], interval_s: float) ->
             first = False
             while not queue.empty():
                 items.append(queue.get_nowait())
-            ended = items[-1] is _END or isinstance(items[-1], Exception)
             batch = [item for item in items if isinstance(item, GenerationChunk)]
             if batch:
                 yield merge(batch)
             if isinstance(items[-1], Exception):
                 raise items[-1]
-            if ended:
+            if items[-1] is _END:
                 return
     finally:
         producer.cancel()
