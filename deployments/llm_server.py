@@ -5,49 +5,54 @@ from __future__ import annotations
 import logging
 from typing import AsyncIterator, Callable
 
-from serve_app.config import ModelConfig
+from serve_app.config import EngineConfig, ModelConfig
 from serve_app.engine import create_engine
-from serve_app.engine.coalesce import coalesce
 from serve_app.engine.base import (
     EngineError,
     EngineRequestError,
     GenerationChunk,
     GenerationRequest,
-    GenerationResult,
     LLMEngine,
 )
+from serve_app.engine.coalesce import coalesce
 
 logger = logging.getLogger("ray.serve")
 
-EngineFactory = Callable[[ModelConfig], LLMEngine]
+EngineFactory = Callable[[str, EngineConfig], LLMEngine]
 
 
 class LLMServer:
-    """Starts its engine at replica start; answers `generate` and `stream`.
+    """Starts one pool's engine at replica start; streams generations to the router.
 
     Refusals (bad sampling, prompt too long) come back as `EngineError` values so
     the router can answer with the right status without unpickling exceptions.
     """
 
-    async def __init__(self, model: ModelConfig, engine_factory: EngineFactory = create_engine) -> None:
+    async def __init__(self, model: ModelConfig, pool: str, engine_factory: EngineFactory = create_engine) -> None:
         self._model = model
-        self._engine = engine_factory(model)
+        self._engine_config = model.pool_engine(next(p for p in model.pools if p.name == pool))
+        self._engine = engine_factory(model.backend, self._engine_config)
+        self._in_flight: dict[str, int] = {}
+        """Output tokens each running request may still produce (load for routing)."""
         info = await self._engine.start()
-        logger.info("model %s ready (max_model_len=%d)", model.name, info.max_model_len)
-
-    async def generate(self, request: GenerationRequest) -> GenerationResult | EngineError:
-        try:
-            return await self._engine.generate(request)
-        except EngineRequestError as exc:
-            return exc.error
+        self._max_model_len = info.max_model_len
+        logger.info("model %s pool %s ready (max_model_len=%d)", model.name, pool, info.max_model_len)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
+        self._in_flight[request.request_id] = request.sampling.max_tokens or self._max_model_len
         try:
             chunks = coalesce(self._engine.stream(request), self._model.stream_interval_ms / 1000)
             async for chunk in chunks:
+                self._in_flight[request.request_id] -= chunk.num_tokens
                 yield chunk
         except EngineRequestError as exc:
             yield exc.error
+        finally:
+            self._in_flight.pop(request.request_id, None)
+
+    def record_routing_stats(self) -> dict[str, float]:
+        """Load the request router balances on: running requests and their token debt."""
+        return {"in_flight": len(self._in_flight), "in_flight_tokens": sum(self._in_flight.values())}
 
     async def check_health(self) -> None:
         await self._engine.check_health()

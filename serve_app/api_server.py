@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
@@ -18,6 +18,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from serve_app.admission import PRIORITIES, Priority
+from serve_app.auth import Authenticator
+from serve_app.batcher import RequestMeta
 from serve_app.config import AppConfig
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
 from serve_app.errors import APIError
@@ -38,21 +41,42 @@ from serve_app.protocol import (
     new_id,
     now,
 )
+from serve_app.length_predictor import PromptClass
 from serve_app.templates import TemplateRegistry
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
 
 
 class ModelBackend(Protocol):
-    """Where generation happens: a model name plus an engine request."""
+    """Where generation happens: a model name, an engine request and what the
+    router knows about it (priority, client, prompt class)."""
 
-    async def generate(self, model: str, request: GenerationRequest) -> GenerationResult | EngineError:
+    async def generate(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult | EngineError:
         ...
 
     def stream(
-        self, model: str, request: GenerationRequest
+        self, model: str, request: GenerationRequest, meta: RequestMeta
     ) -> AsyncIterator[GenerationChunk | EngineError]:
         ...
+
+    def stats(self) -> dict[str, Any]:
+        """Operator view of queues and predictions (`GET /stats`)."""
+        ...
+
+
+def request_meta(
+    http: Request, request: SamplingFields, generation: GenerationRequest, client: str | None, default: Priority
+) -> RequestMeta:
+    header = http.headers.get("x-priority")
+    if header is not None and header not in PRIORITIES:
+        raise APIError(400, f"X-Priority must be one of {', '.join(PRIORITIES)}", param="priority")
+    priority = request.priority or header or default
+    if generation.messages is not None:
+        prompt_chars = sum(len(content) for _, content in generation.messages)
+    else:
+        prompt_chars = len(generation.prompt or "")
+    kind = "chat" if generation.messages is not None else "completion"
+    return RequestMeta(priority, client, PromptClass(kind, request.template, prompt_chars))
 
 
 async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
@@ -95,11 +119,17 @@ class OpenAIServer:
     def __init__(self, config: AppConfig, backend: ModelBackend) -> None:
         self._config = config
         self._backend = backend
+        self._auth = Authenticator(config.router.api_keys)
         self._templates = TemplateRegistry(config.templates)
         self._models = config.model_by_name()
         self._created = now()
 
-    def model_list(self) -> ModelList:
+    def authenticate(self, http: Request) -> str | None:
+        """The calling client's name (None when keys are off); 401 otherwise."""
+        return self._auth.client(http.headers.get("authorization"))
+
+    def model_list(self, http: Request) -> ModelList:
+        self.authenticate(http)
         return ModelList(
             data=[
                 ModelCard(id=name, created=self._created, max_model_len=model.engine.max_model_len)
@@ -119,10 +149,14 @@ class OpenAIServer:
             )
         return requested
 
-    async def _complete(self, model: str, request: GenerationRequest) -> GenerationResult:
+    def stats(self, http: Request) -> dict[str, Any]:
+        self.authenticate(http)
+        return self._backend.stats()
+
+    async def _complete(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult:
         try:
             async with asyncio.timeout(self._config.router.request_timeout_s):
-                result = await self._backend.generate(model, request)
+                result = await self._backend.generate(model, request, meta)
         except TimeoutError:
             raise APIError(504, "the request took longer than the server allows", code="timeout") from None
         if isinstance(result, EngineError):
@@ -130,10 +164,10 @@ class OpenAIServer:
         return result
 
     async def _open_stream(
-        self, model: str, request: GenerationRequest
+        self, model: str, request: GenerationRequest, meta: RequestMeta
     ) -> AsyncIterator[GenerationChunk | EngineError]:
         """Start a stream; an error before any output becomes a plain HTTP error."""
-        chunks = self._backend.stream(model, request)
+        chunks = self._backend.stream(model, request, meta)
         try:
             first = await anext(chunks)
         except StopAsyncIteration:
@@ -160,15 +194,18 @@ class OpenAIServer:
         return handle
 
     async def handle(self, http: Request, endpoint: Endpoint) -> Response:
+        client = self.authenticate(http)
         body = await read_json_object(http, self._config.router.max_body_bytes)
         request = parse(endpoint.request_model, body)
         model = self.resolve_model(request.model)
         request_id = new_id(endpoint.id_prefix)
         generation = endpoint.to_generation(request, self._templates, request_id)
+        meta = request_meta(http, request, generation, client, self._config.router.priorities.default)
+        generation = replace(generation, priority=PRIORITIES.index(meta.priority))
         if not request.stream:
-            result = await self._complete(model, generation)
+            result = await self._complete(model, generation, meta)
             return JSONResponse(endpoint.to_response(request_id, model, result).model_dump())
-        chunks = await self._open_stream(model, generation)
+        chunks = await self._open_stream(model, generation, meta)
         return event_stream(endpoint.to_events(request_id, model, chunks, request.include_usage))
 
 
@@ -216,5 +253,6 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     for path, endpoint in (("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETIONS)):
         app.add_api_route(path, server.handler(endpoint), methods=["POST"])
     app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
+    app.add_api_route("/stats", server.stats, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     return app

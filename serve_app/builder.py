@@ -9,12 +9,9 @@ from ray import serve
 from ray.serve import Application
 
 from deployments.llm_server import LLMServer
+from deployments.request_router import ROUTER_CONFIG
 from deployments.router import OpenAIRouter
-from serve_app.config import AppConfig
-
-
-def deployment_name(model_name: str) -> str:
-    return "LLMServer-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in model_name)
+from serve_app.config import AppConfig, pool_deployment_name
 
 
 def build_app(args: dict[str, Any]) -> Application:
@@ -24,13 +21,15 @@ def build_app(args: dict[str, Any]) -> Application:
 
 
 def build_from_config(config: AppConfig) -> Application:
-    models = {
-        model.name: serve.deployment(LLMServer)
-        .options(name=deployment_name(model.name), **model.deployment.serve_options())
-        .bind(model)
-        for model in config.models
-    }
+    """One LLM deployment per (model, pool), and the router over all of them."""
+    pools = {}
+    for model in config.models:
+        for pool in model.pools:
+            name = pool_deployment_name(model.name, pool.name)
+            options = {"request_router_config": ROUTER_CONFIG, **model.pool_deployment(pool).serve_options()}
+            deployment = serve.deployment(LLMServer).options(name=name, **options)
+            pools[name] = deployment.bind(model, pool.name)
     router = serve.deployment(serve.ingress()(OpenAIRouter)).options(
         name="OpenAIRouter", **config.router.deployment.serve_options()
     )
-    return router.bind(config, models)
+    return router.bind(config, pools)

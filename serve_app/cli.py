@@ -22,7 +22,10 @@ def validate(paths: list[str]) -> int:
             print(f"{path}: INVALID\n{exc}", file=sys.stderr)
             continue
         for name, config in apps.items():
-            models = ", ".join(f"{m.name} ({m.engine.quantization or 'unquantized'})" for m in config.models)
+            models = ", ".join(
+                f"{m.name} ({m.engine.quantization or 'unquantized'}; pools {'/'.join(p.name for p in m.pools)})"
+                for m in config.models
+            )
             print(f"{path}: app {name!r} ok: models {models}; {len(config.templates)} templates")
     return 1 if failed else 0
 

@@ -54,6 +54,9 @@ class EngineConfig(StrictModel):
     """Share of GPU memory vLLM may claim (weights + KV cache)."""
     cpu_kv_cache_gib: int | None = Field(default=None, gt=0)
     """CPU builds only: GiB of KV cache (sets VLLM_CPU_KVCACHE_SPACE)."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """Engine queue order: first come first served, or by request priority
+    (realtime before batch) when the engine is saturated."""
     seed: int = 0
     """Engine RNG seed, so sampled runs repeat."""
     extra_engine_args: dict[str, Any] = Field(default_factory=dict)
@@ -90,6 +93,9 @@ class DeploymentOptions(StrictModel):
     first of which hosts the replica actor itself."""
     placement_group_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None
     """How the bundles are placed; STRICT_PACK keeps a TP group on one node."""
+    request_router_config: dict[str, Any] | None = None
+    """Serve `RequestRouterConfig`; LLM pools default to the least-loaded
+    router (`deployments.request_router`)."""
 
     @model_validator(mode="after")
     def _one_scaling_mode(self) -> DeploymentOptions:
@@ -103,6 +109,23 @@ class DeploymentOptions(StrictModel):
         if options["num_replicas"] is None and options["autoscaling_config"] is None:
             options["num_replicas"] = 1
         return {key: value for key, value in options.items() if value is not None}
+
+
+class PoolConfig(StrictModel):
+    """One output-length bucket of a model and the replica pool that serves it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """Bucket name (`short`, `long`); part of the pool's deployment name."""
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    """Upper edge: requests predicted to produce at most this many tokens land
+    here. None (the last pool only) means no upper edge."""
+    engine: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the model's engine arguments for this pool, e.g. a higher
+    `max_num_seqs` for short answers."""
+    deployment: DeploymentOptions | None = None
+    """Serve options of this pool's replicas; None uses the model's."""
+    queue_size: int = Field(default=256, gt=0)
+    """Requests that may wait in the router for this pool; beyond it, 503."""
 
 
 class ModelConfig(StrictModel):
@@ -121,6 +144,13 @@ class ModelConfig(StrictModel):
     stream_interval_ms: float = Field(default=50.0, ge=0)
     """Streamed output is sent to the router at most this often (the first token
     at once); fewer, larger chunks leave more CPU to the engine. 0 sends every step."""
+    pools: list[PoolConfig] = Field(default_factory=lambda: [PoolConfig(name="default")], min_length=1)
+    """Length buckets, shortest first, each with its own replica pool. One pool
+    means no bucketing."""
+    overrun: Literal["rebucket", "finish"] = "rebucket"
+    """A request that reaches its bucket's edge unfinished: `rebucket` continues
+    it (same stream, from the tokens so far) on the next bucket's pool;
+    `finish` lets it run to its own limit where it is."""
 
     @field_validator("name")
     @classmethod
@@ -128,6 +158,31 @@ class ModelConfig(StrictModel):
         if not _MODEL_NAME.match(name):
             raise ValueError(f"model name {name!r} must match {_MODEL_NAME.pattern}")
         return name
+
+    @model_validator(mode="after")
+    def _pools_are_ordered_buckets(self) -> ModelConfig:
+        names = [pool.name for pool in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique: {names}")
+        *bounded, last = self.pools
+        if last.max_output_tokens is not None:
+            raise ValueError(f"the last pool ({last.name}) must leave max_output_tokens unset")
+        edges = [pool.max_output_tokens for pool in bounded]
+        if None in edges or edges != sorted(set(edges)):
+            raise ValueError("pools must be ordered by strictly increasing max_output_tokens")
+        for pool in self.pools:
+            self.pool_engine(pool)  # raises naming the bad override
+        return self
+
+    def pool_engine(self, pool: PoolConfig) -> EngineConfig:
+        """The engine arguments of one pool: the model's, with the pool's overrides."""
+        try:
+            return EngineConfig.model_validate({**self.engine.model_dump(), **pool.engine})
+        except ValueError as exc:
+            raise ValueError(f"pool {pool.name}: {exc}") from None
+
+    def pool_deployment(self, pool: PoolConfig) -> DeploymentOptions:
+        return pool.deployment or self.deployment
 
 
 class TemplateConfig(StrictModel):
@@ -142,6 +197,52 @@ class TemplateConfig(StrictModel):
     """What the template is for, shown to operators."""
 
 
+class PredictorConfig(StrictModel):
+    """How the router predicts a request's output length (which picks its bucket)."""
+
+    cold_start_tokens: int = Field(default=256, gt=0)
+    """Prediction for a prompt class with too little history and no `max_tokens`."""
+    min_samples: int = Field(default=8, gt=0)
+    """Observed generations a class needs before its history is trusted."""
+    quantile: float = Field(default=0.9, gt=0, le=1)
+    """Quantile of a class's observed lengths used as its prediction (high, so
+    few requests overrun their bucket)."""
+    window: int = Field(default=256, gt=0)
+    """Most recent observations kept per class."""
+
+
+class PriorityConfig(StrictModel):
+    """Priority classes: `realtime` is served first; `batch` yields and is shed first."""
+
+    default: Literal["realtime", "batch"] = "realtime"
+    """Priority of requests that name none (header `X-Priority` or field `priority`)."""
+    batch_queue_share: float = Field(default=0.5, gt=0, le=1)
+    """Share of each pool's queue that batch requests may fill; the rest is kept
+    for realtime ones, so batch is refused first under load."""
+
+
+class ApiKeyConfig(StrictModel):
+    """One client's API key and limits. The key itself never sits in the config:
+    give its SHA-256 or the environment variable that holds it."""
+
+    name: str
+    """Client name, used in metrics and logs."""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """Hex SHA-256 of the key."""
+    env: str | None = None
+    """Environment variable (on the router replicas) holding the key."""
+    requests_per_s: float | None = Field(default=None, gt=0)
+    """Sustained request rate allowed (bursts up to one second's worth); None: unlimited."""
+    tokens_per_min: int | None = Field(default=None, gt=0)
+    """Prompt + output tokens allowed per minute; None: unlimited."""
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ApiKeyConfig:
+        if (self.sha256 is None) == (self.env is None):
+            raise ValueError(f"api key {self.name!r}: set exactly one of sha256 or env")
+        return self
+
+
 class RouterConfig(StrictModel):
     """The OpenAI-compatible ingress."""
 
@@ -151,6 +252,17 @@ class RouterConfig(StrictModel):
     """Responses at least this large are gzip-compressed for clients that accept it."""
     request_timeout_s: float = Field(default=600.0, gt=0)
     """Longest a non-streamed request may take before the router answers 504."""
+    predictor: PredictorConfig = Field(default_factory=PredictorConfig)
+    """Output-length prediction."""
+    priorities: PriorityConfig = Field(default_factory=PriorityConfig)
+    """Priority classes."""
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    """Accepted API keys (`Authorization: Bearer <key>`); empty: no authentication."""
+    max_attempts: int = Field(default=3, gt=0)
+    """Tries per request when a replica is lost (a started stream resumes from
+    the tokens already sent)."""
+    retry_backoff_s: float = Field(default=0.5, ge=0)
+    """Wait before the second try; doubles per further try."""
     deployment: DeploymentOptions = Field(
         default_factory=lambda: DeploymentOptions(
             max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}
@@ -186,6 +298,12 @@ class AppConfig(StrictModel):
 
     def model_by_name(self) -> dict[str, ModelConfig]:
         return {model.name: model for model in self.models}
+
+
+def pool_deployment_name(model_name: str, pool_name: str) -> str:
+    """The Serve deployment running one pool of a model."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in model_name)
+    return f"LLMServer-{safe}-{pool_name}"
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class SamplingFields(StrictRequest):
     """Name of a server-side prompt template, sent instead of the prompt."""
     params: dict[str, ParamValue] | None = None
     """Values for the template's placeholders."""
+    priority: Literal["realtime", "batch"] | None = None
+    """Priority class (also settable with the `X-Priority` header)."""
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

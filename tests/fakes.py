@@ -14,15 +14,23 @@ from serve_app.engine.base import (
     GenerationChunk,
     GenerationRequest,
     LLMEngine,
-    output_budget,
+    attempt_budget,
 )
 
 
 class FakeEngine(LLMEngine):
-    def __init__(self, max_model_len: int = 64, fail_after: int | None = None) -> None:
+    """Output token i (counting from the start of the answer) is ` w{i}` with id i,
+    so a resumed stream must continue exactly where the last one stopped."""
+
+    def __init__(
+        self, max_model_len: int = 64, answer_tokens: int | None = None, step_s: float = 0, fail_after: int | None = None
+    ) -> None:
         self.max_model_len = max_model_len
         self.fail_after = fail_after
-        """Raise mid-stream after this many chunks (simulates a dying replica)."""
+        """Raise after this many chunks of any attempt (an engine failure, not retried)."""
+        self.answer_tokens = answer_tokens
+        """Stop (finish reason `stop`) after this many answer tokens; None: never."""
+        self.step_s = step_s
         self.requests: list[GenerationRequest] = []
 
     async def start(self) -> EngineInfo:
@@ -38,17 +46,23 @@ class FakeEngine(LLMEngine):
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         self.requests.append(request)
         prompt_tokens = self.prompt_tokens(request)
-        budget = output_budget(prompt_tokens, request.sampling.max_tokens, self.max_model_len)
-        for index in range(budget):
-            if self.fail_after is not None and index == self.fail_after:
+        start = len(request.continuation)
+        budget = attempt_budget(prompt_tokens + start, request, self.max_model_len)
+        for step in range(budget):
+            position = start + step
+            if self.fail_after is not None and step == self.fail_after:
                 raise RuntimeError("replica died")
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.step_s)
+            done = self.answer_tokens is not None and position + 1 >= self.answer_tokens
             yield GenerationChunk(
-                text=f" w{index}",
+                text=f" w{position}",
                 num_tokens=1,
                 prompt_tokens=prompt_tokens,
-                finish_reason="length" if index == budget - 1 else None,
+                finish_reason="stop" if done else "length" if step == budget - 1 else None,
+                token_ids=(position,),
             )
+            if done:
+                return
 
     async def check_health(self) -> None:
         return None
@@ -90,10 +104,31 @@ class FakeHandle:
         return _Method(self._target, name, self._stream)
 
 
-async def start_llm_server(model, engine: LLMEngine):
+async def start_llm_server(model, engine: LLMEngine, pool: str = "default"):
     """Construct an `LLMServer` the way Serve does (its `__init__` is async)."""
     from deployments.llm_server import LLMServer
 
     server = LLMServer.__new__(LLMServer)
-    await server.__init__(model, engine_factory=lambda _: engine)
+    await server.__init__(model, pool, engine_factory=lambda *_: engine)
     return server
+
+
+async def start_router(config, engines: dict[str, LLMEngine]):
+    """The real `OpenAIRouter` over in-process `LLMServer`s, one per pool
+    deployment (`engines` by deployment name), each counted as one replica."""
+    from deployments.router import OpenAIRouter
+    from serve_app.config import pool_deployment_name
+
+    handles = {}
+    for model in config.models:
+        for pool in model.pools:
+            name = pool_deployment_name(model.name, pool.name)
+            handles[name] = FakeHandle(await start_llm_server(model, engines[name], pool.name))
+
+    async def one_replica_each() -> dict[str, int]:
+        return {name: 1 for name in handles}
+
+    router = OpenAIRouter.__new__(OpenAIRouter)
+    await router.__init__(config, handles, count_replicas=one_replica_each)
+    await asyncio.sleep(0)  # let the capacity poll run once
+    return router

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from serve_app.config import ModelConfig
+from serve_app.config import EngineConfig
 from serve_app.engine.base import LLMEngine
 
 
-def create_engine(model: ModelConfig) -> LLMEngine:
-    """Build (not start) the engine a model's config asks for."""
-    if model.backend == "vllm":
+def create_engine(backend: str, engine: EngineConfig) -> LLMEngine:
+    """Build (not start) the engine a pool's config asks for."""
+    if backend == "vllm":
         from serve_app.engine.vllm_engine import VLLMEngine
 
-        return VLLMEngine(model.engine)
-    raise ValueError(f"unknown engine backend {model.backend!r}")
+        return VLLMEngine(engine)
+    raise ValueError(f"unknown engine backend {backend!r}")

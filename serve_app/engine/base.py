@@ -34,6 +34,17 @@ class GenerationRequest:
     """Raw prompt text (completions); exactly one of prompt/messages is set."""
     messages: tuple[tuple[str, str], ...] | None = None
     """(role, content) pairs (chat); rendered with the model's chat template."""
+    continuation: tuple[int, ...] = ()
+    """Output token ids already sent to the client by an earlier attempt: the
+    engine appends them to the prompt and generates what follows (resume,
+    re-bucket). `sampling.max_tokens` then counts the new tokens only."""
+    stop_after: int | None = None
+    """Stop after this many new tokens (finish reason `length`) even if
+    `max_tokens` allows more: the bucket edge, after which the router continues
+    the request elsewhere. `max_tokens` is still checked against the context."""
+    priority: int = 0
+    """Engine scheduling priority, lower first (0 realtime, 1 batch); used when
+    the engine runs with `scheduling_policy: priority`."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -48,6 +59,8 @@ class GenerationChunk:
     num_tokens: int
     prompt_tokens: int
     finish_reason: str | None = None
+    token_ids: tuple[int, ...] = ()
+    """The new tokens' ids (what a resumed attempt continues from)."""
 
 
 @dataclass
@@ -112,6 +125,12 @@ class LLMEngine(abc.ABC):
 
     def shutdown(self) -> None:
         """Release the engine's processes and memory."""
+
+
+def attempt_budget(prompt_tokens: int, request: GenerationRequest, max_model_len: int) -> int:
+    """Output tokens this attempt may generate (`stop_after` applied), or an `EngineRequestError`."""
+    budget = output_budget(prompt_tokens, request.sampling.max_tokens, max_model_len)
+    return budget if request.stop_after is None else min(budget, request.stop_after)
 
 
 def output_budget(prompt_tokens: int, requested: int | None, max_model_len: int) -> int:

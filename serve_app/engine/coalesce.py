@@ -22,6 +22,7 @@ def merge(chunks: list[GenerationChunk]) -> GenerationChunk:
         num_tokens=sum(chunk.num_tokens for chunk in chunks),
         prompt_tokens=chunks[-1].prompt_tokens,
         finish_reason=chunks[-1].finish_reason,
+        token_ids=tuple(token for chunk in chunks for token in chunk.token_ids),
     )
 
 

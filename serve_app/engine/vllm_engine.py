@@ -11,7 +11,7 @@ from serve_app.engine.base import (
     GenerationChunk,
     GenerationRequest,
     LLMEngine,
-    output_budget,
+    attempt_budget,
 )
 
 
@@ -66,10 +66,12 @@ class VLLMEngine(LLMEngine):
         from vllm.inputs import TokensPrompt
 
         prompt_ids = self._prompt_token_ids(request)
-        max_tokens = output_budget(len(prompt_ids), request.sampling.max_tokens, self._max_model_len)
+        context_ids = prompt_ids + list(request.continuation)
+        max_tokens = attempt_budget(len(context_ids), request, self._max_model_len)
         params = self._sampling_params(request, max_tokens)
+        priority = {"priority": request.priority} if self._config.scheduling_policy == "priority" else {}
         async for output in self._engine.generate(
-            TokensPrompt(prompt_token_ids=prompt_ids), params, request.request_id
+            TokensPrompt(prompt_token_ids=context_ids), params, request.request_id, **priority
         ):
             completion = output.outputs[0]
             yield GenerationChunk(
@@ -77,6 +79,7 @@ class VLLMEngine(LLMEngine):
                 num_tokens=len(completion.token_ids),
                 prompt_tokens=len(prompt_ids),
                 finish_reason=completion.finish_reason,
+                token_ids=tuple(completion.token_ids),
             )
 
     async def check_health(self) -> None:

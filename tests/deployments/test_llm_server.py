@@ -1,32 +1,26 @@
 from serve_app.config import ModelConfig
-from serve_app.engine.base import EngineError, GenerationRequest, GenerationResult, SamplingOptions
+from serve_app.engine.base import EngineError, GenerationRequest, SamplingOptions
 from tests.fakes import FakeEngine, start_llm_server
 
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
 
 
-def request(max_tokens: int | None, prompt: str = "a b c") -> GenerationRequest:
-    return GenerationRequest(request_id="r", sampling=SamplingOptions(max_tokens=max_tokens), prompt=prompt)
-
-
-async def test_generate_returns_the_whole_result():
-    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
-    result = await server.generate(request(2))
-    assert result == GenerationResult(text=" w0 w1", prompt_tokens=3, completion_tokens=2, finish_reason="length")
+def request(max_tokens: int | None, prompt: str = "a b c", **fields) -> GenerationRequest:
+    return GenerationRequest(request_id="r", sampling=SamplingOptions(max_tokens=max_tokens), prompt=prompt, **fields)
 
 
 async def test_refusals_come_back_as_data_not_exceptions():
     server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
-    refused = await server.generate(request(100))
-    assert isinstance(refused, EngineError) and refused.code == "context_length_exceeded"
     streamed = [item async for item in server.stream(request(100))]
     assert len(streamed) == 1 and isinstance(streamed[0], EngineError)
+    assert streamed[0].code == "context_length_exceeded"
 
 
 async def test_stream_yields_each_step_when_not_coalescing():
     server = await start_llm_server(MODEL.model_copy(update={"stream_interval_ms": 0}), FakeEngine(max_model_len=16))
     chunks = [item async for item in server.stream(request(3))]
     assert [c.text for c in chunks] == [" w0", " w1", " w2"]
+    assert [c.token_ids for c in chunks] == [(0,), (1,), (2,)]
     assert chunks[-1].finish_reason == "length"
 
 
@@ -35,3 +29,19 @@ async def test_stream_coalesces_steps_after_the_first():
     chunks = [item async for item in server.stream(request(5))]
     assert chunks[0].text == " w0" and "".join(c.text for c in chunks) == " w0 w1 w2 w3 w4"
     assert len(chunks) < 5 and sum(c.num_tokens for c in chunks) == 5
+    assert sum((c.token_ids for c in chunks), ()) == (0, 1, 2, 3, 4)
+
+
+async def test_continuation_and_stop_after_reach_the_engine():
+    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
+    chunks = [item async for item in server.stream(request(6, continuation=(0, 1), stop_after=2))]
+    assert "".join(c.text for c in chunks) == " w2 w3" and chunks[-1].finish_reason == "length"
+
+
+async def test_routing_stats_count_running_requests_and_their_token_debt():
+    server = await start_llm_server(MODEL.model_copy(update={"stream_interval_ms": 0}), FakeEngine(max_model_len=16))
+    stream = server.stream(request(5))
+    await anext(stream)
+    assert server.record_routing_stats() == {"in_flight": 1, "in_flight_tokens": 4}
+    [item async for item in stream]
+    assert server.record_routing_stats() == {"in_flight": 0, "in_flight_tokens": 0}

@@ -1,16 +1,18 @@
-"""Failures of the call to a replica become the right client-facing errors."""
+"""Failures of the call to a replica become retries or the right client-facing errors."""
 
 import httpx
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 from deployments.router import OpenAIRouter
+from serve_app.config import pool_deployment_name
 
 
 class FailingHandle:
     def __init__(self, exc: Exception) -> None:
         self._exc = exc
+        self.calls = 0
 
     def options(self, stream: bool = False):
         return self
@@ -19,13 +21,10 @@ class FailingHandle:
         return self
 
     def remote(self, *args):
+        self.calls += 1
         exc = self._exc
 
         class Failing:
-            def __await__(self):
-                raise exc
-                yield
-
             def __aiter__(self):
                 return self
 
@@ -38,32 +37,43 @@ class FailingHandle:
         return Failing()
 
 
+async def app_over(config, exc: Exception):
+    config = config.model_copy(update={"router": config.router.model_copy(update={"retry_backoff_s": 0})})
+    handles = {pool_deployment_name(model.name, "default"): FailingHandle(exc) for model in config.models}
+
+    async def one_each():
+        return {name: 1 for name in handles}
+
+    router = OpenAIRouter.__new__(OpenAIRouter)
+    await router.__init__(config, handles, count_replicas=one_each)
+    return router.__serve_build_asgi_app__(), handles
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(
     "exc, status, needle",
     [
-        (BackPressureError(num_queued_requests=5, max_queued_requests=5), 503, "at capacity"),
-        (ActorDiedError(), 503, "lost the replica"),
+        (BackPressureError(num_queued_requests=5, max_queued_requests=5), 503, "after 3 tries (BackPressureError)"),
+        (ActorDiedError(), 503, "after 3 tries (ActorDiedError)"),
         (ValueError("boom"), 500, "boom"),
     ],
 )
 async def test_replica_call_failures(small_config, stream, exc, status, needle):
-    handles = {model.name: FailingHandle(exc) for model in small_config.models}
-    app = OpenAIRouter(small_config, handles).__serve_build_asgi_app__()
+    app, handles = await app_over(small_config, exc)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         response = await http.post("/v1/completions", json={"prompt": "x", "stream": stream})
     assert response.status_code == status
     assert needle in response.json()["error"]["message"]
+    tries = handles[pool_deployment_name("fake-a", "default")].calls
     if status == 503:
-        assert response.headers["retry-after"] == "1"
+        assert response.headers["retry-after"] == "1" and tries == 3
+    else:
+        assert tries == 1  # an engine failure is not retried
 
 
 async def test_remote_tracebacks_do_not_reach_the_client(small_config):
-    from ray.exceptions import RayTaskError
-
     remote = RayTaskError("stream", "Traceback (most recent call last):\n  secret/path.py", ValueError("bad"))
-    handles = {model.name: FailingHandle(remote) for model in small_config.models}
-    app = OpenAIRouter(small_config, handles).__serve_build_asgi_app__()
+    app, _ = await app_over(small_config, remote)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         response = await http.post("/v1/completions", json={"prompt": "x"})
     message = response.json()["error"]["message"]

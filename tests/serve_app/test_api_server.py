@@ -7,17 +7,17 @@ import httpx
 import openai
 import pytest
 
-from deployments.router import OpenAIRouter
-from tests.fakes import FakeEngine, FakeHandle, start_llm_server
+from serve_app.config import ApiKeyConfig, pool_deployment_name
+from tests.fakes import FakeEngine, start_router
 
 
 @pytest.fixture
 async def stack(small_config):
     engines = {model.name: FakeEngine(max_model_len=64) for model in small_config.models}
-    handles = {}
-    for model in small_config.models:
-        handles[model.name] = FakeHandle(await start_llm_server(model, engines[model.name]))
-    app = OpenAIRouter(small_config, handles).__serve_build_asgi_app__()
+    router = await start_router(
+        small_config, {pool_deployment_name(name, "default"): engine for name, engine in engines.items()}
+    )
+    app = router.__serve_build_asgi_app__()
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
     client = openai.AsyncOpenAI(base_url="http://test/v1", api_key="unused", http_client=http, max_retries=0)
     yield client, http, engines
@@ -193,3 +193,52 @@ async def test_replica_failure_before_output_is_a_500(stack):
 async def test_health(stack):
     _, http, _ = stack
     assert (await http.get("/health")).json() == {"status": "ok"}
+
+
+@pytest.fixture
+async def keyed_stack(small_config):
+    from serve_app.auth import key_digest
+
+    router_config = small_config.router.model_copy(
+        update={"api_keys": [ApiKeyConfig(name="team", sha256=key_digest("sk-team"))]}
+    )
+    config = small_config.model_copy(update={"router": router_config})
+    engines = {pool_deployment_name(model.name, "default"): FakeEngine() for model in config.models}
+    router = await start_router(config, engines)
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=router.__serve_build_asgi_app__()), base_url="http://t")
+    yield http, engines
+    await http.aclose()
+
+
+async def test_without_a_valid_key_nothing_reaches_a_replica(keyed_stack):
+    http, engines = keyed_stack
+    body = {"prompt": "a", "max_tokens": 1}
+    for headers in ({}, {"authorization": "Bearer sk-other"}):
+        response = await http.post("/v1/completions", json=body, headers=headers)
+        assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+        assert (await http.get("/v1/models", headers=headers)).status_code == 401
+    assert not any(engine.requests for engine in engines.values())
+    client = openai.AsyncOpenAI(base_url="http://t/v1", api_key="sk-team", http_client=http, max_retries=0)
+    answer = await client.completions.create(model="fake-a", prompt="a", max_tokens=1)
+    assert answer.choices[0].text == " w0"
+    with pytest.raises(openai.AuthenticationError):
+        await openai.AsyncOpenAI(base_url="http://t/v1", api_key="bad", http_client=http).models.list()
+
+
+async def test_priority_from_field_or_header_reaches_the_engine(stack):
+    _, http, engines = stack
+    await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1, "priority": "batch"})
+    await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1}, headers={"x-priority": "batch"})
+    await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1})
+    assert [r.priority for r in engines["fake-a"].requests] == [1, 1, 0]
+    bad = await http.post("/v1/completions", json={"prompt": "a"}, headers={"x-priority": "urgent"})
+    assert bad.status_code == 400 and "X-Priority" in bad.json()["error"]["message"]
+
+
+async def test_stats_show_pools_and_learned_classes(stack):
+    client, http, _ = stack
+    await client.chat.completions.create(model="fake-a", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    stats = (await http.get("/stats")).json()
+    pool = stats["pools"]["LLMServer-fake-a-default"]
+    assert pool["capacity"] == 64 and pool["waiting"] == 0 and pool["queue_wait_p50_s"] is not None
+    assert stats["predictor_classes"] == {"chat:2^0": 1}

@@ -2,8 +2,8 @@ import pytest
 from pydantic import ValidationError
 from ray.serve.schema import ServeDeploySchema
 
-from serve_app.builder import build_from_config, deployment_name
-from serve_app.config import AppConfig, DeploymentOptions, app_configs, load_serve_config
+from serve_app.builder import build_from_config
+from serve_app.config import AppConfig, DeploymentOptions, app_configs, load_serve_config, pool_deployment_name
 from tests.conftest import REPO
 
 CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/prod.yaml"]
@@ -102,7 +102,40 @@ def test_engine_kwargs_drop_unset_and_merge_extras():
 
 
 def test_deployment_names_are_serve_safe():
-    assert deployment_name("org/model:v1.5") == "LLMServer-org-model-v1-5"
+    assert pool_deployment_name("org/model:v1.5", "short") == "LLMServer-org-model-v1-5-short"
+
+
+def with_pools(pools: list[dict]) -> dict:
+    args = minimal()
+    args["models"][0]["pools"] = pools
+    return args
+
+
+def test_pools_merge_engine_overrides_and_fall_back_to_the_model_deployment():
+    args = with_pools([
+        {"name": "short", "max_output_tokens": 64, "engine": {"max_num_seqs": 128}},
+        {"name": "long", "deployment": {"max_ongoing_requests": 8}},
+    ])
+    model = AppConfig.model_validate(args).models[0]
+    short, long = model.pools
+    assert model.pool_engine(short).max_num_seqs == 128 and model.pool_engine(long).max_num_seqs == 256
+    assert model.pool_deployment(short) == model.deployment
+    assert model.pool_deployment(long).max_ongoing_requests == 8
+
+
+@pytest.mark.parametrize(
+    "pools, needle",
+    [
+        ([{"name": "a", "max_output_tokens": 64}], "must leave max_output_tokens unset"),
+        ([{"name": "a", "max_output_tokens": 64}, {"name": "a"}], "unique"),
+        ([{"name": "a", "max_output_tokens": 64}, {"name": "b", "max_output_tokens": 32}, {"name": "c"}], "increasing"),
+        ([{"name": "a", "engine": {"max_num_seq": 4}}], "pool a"),
+        ([{"name": "Bad Name"}], "pools.0.name"),
+    ],
+)
+def test_bad_pools_fail_at_load(pools, needle):
+    with pytest.raises(ValidationError, match=needle):
+        AppConfig.model_validate(with_pools(pools))
 
 
 def test_empty_serve_config_is_refused():

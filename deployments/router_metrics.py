@@ -1,0 +1,72 @@
+"""The router's Prometheus metrics (Ray exports them with a `ray_` prefix)."""
+
+from __future__ import annotations
+
+from ray.util import metrics
+
+from serve_app.batcher import RequestRecord
+
+_LATENCY_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128]
+_TOKEN_BOUNDARIES = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+
+class RouterMetrics:
+    """The batcher's observer: one set of metric objects per router replica."""
+
+    def __init__(self) -> None:
+        request_tags = ("model", "bucket", "priority", "status")
+        self.requests = metrics.Counter("serve_app_requests_total", "Requests by outcome.", request_tags)
+        self.latency = metrics.Histogram(
+            "serve_app_request_latency_seconds", "End-to-end latency.", _LATENCY_BOUNDARIES, ("model", "bucket")
+        )
+        self.ttft = metrics.Histogram(
+            "serve_app_ttft_seconds", "Time to first token.", _LATENCY_BOUNDARIES, ("model", "bucket")
+        )
+        self.queue_wait = metrics.Histogram(
+            "serve_app_queue_wait_seconds", "Time waited in the router queue.", _LATENCY_BOUNDARIES, ("model", "bucket")
+        )
+        self.depth = metrics.Gauge("serve_app_queue_depth", "Requests waiting per pool.", ("model", "bucket"))
+        self.replicas = metrics.Gauge("serve_app_replicas", "Running replicas per pool.", ("model", "bucket"))
+        token_tags = ("model", "bucket")
+        self.output_tokens = metrics.Counter("serve_app_output_tokens_total", "Output tokens.", token_tags)
+        self.prompt_tokens = metrics.Counter("serve_app_prompt_tokens_total", "Prompt tokens.", token_tags)
+        self.predicted = metrics.Histogram(
+            "serve_app_predicted_output_tokens", "Predicted output length.", _TOKEN_BOUNDARIES, ("model", "bucket")
+        )
+        self.prediction_error = metrics.Histogram(
+            "serve_app_prediction_error_tokens",
+            "|actual - predicted| output tokens; direction: under (ran longer) or over.",
+            [1, *_TOKEN_BOUNDARIES],
+            ("model", "bucket", "direction"),
+        )
+        self.resumed = metrics.Counter("serve_app_streams_resumed_total", "Attempts resuming a started stream.", ("model",))
+        self.resent = metrics.Counter("serve_app_requests_resent_total", "Attempts re-sending an unstarted request.", ("model",))
+
+    def dispatched(self, model: str, pool: str, wait_s: float) -> None:
+        self.queue_wait.observe(wait_s, {"model": model, "bucket": pool})
+
+    def queue_depth(self, model: str, pool: str, waiting: int) -> None:
+        self.depth.set(waiting, {"model": model, "bucket": pool})
+
+    def pool_replicas(self, model: str, pool: str, running: int) -> None:
+        self.replicas.set(running, {"model": model, "bucket": pool})
+
+    def finished(self, record: RequestRecord) -> None:
+        tags = {"model": record.model, "bucket": record.bucket}
+        self.requests.inc(1, {**tags, "priority": record.priority, "status": record.status})
+        model = {"model": record.model}
+        if record.resumed:
+            self.resumed.inc(record.resumed, model)
+        if record.resent:
+            self.resent.inc(record.resent, model)
+        if record.status != "ok":
+            return
+        self.latency.observe(record.latency_s, tags)
+        if record.ttft_s is not None:
+            self.ttft.observe(record.ttft_s, tags)
+        for counter, tokens in ((self.output_tokens, record.output_tokens), (self.prompt_tokens, record.prompt_tokens)):
+            if tokens:
+                counter.inc(tokens, tags)
+        self.predicted.observe(record.predicted_tokens, tags)
+        error = record.output_tokens - record.predicted_tokens
+        self.prediction_error.observe(abs(error), {**tags, "direction": "under" if error > 0 else "over"})

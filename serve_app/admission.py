@@ -1,0 +1,163 @@
+"""Bounded priority queues in front of each replica pool, and who gets in.
+
+`AdmissionPolicy` decides from a snapshot whether a request may wait for a pool;
+`PoolQueue` acts on it: it hands the pool's slots (replicas x
+`max_ongoing_requests`) to waiting requests realtime first, then batch, first
+come first served within a class, and measures how long each waited (the
+autoscaling signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from serve_app.length_predictor import quantile
+
+Priority = Literal["realtime", "batch"]
+PRIORITIES: tuple[Priority, ...] = ("realtime", "batch")
+_RANK = {"continuation": 0, "realtime": 1, "batch": 2}
+WAIT_WINDOW_S = 60.0
+"""Queue waits older than this drop out of the percentiles."""
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    waiting: int
+    queue_size: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    accepted: bool
+    reason: str = ""
+
+
+class AdmissionPolicy:
+    """Full queue: refuse. Batch is admitted only while the queue is below its
+    share, so under load batch is refused while realtime still gets in."""
+
+    def __init__(self, batch_queue_share: float) -> None:
+        self._batch_share = batch_queue_share
+
+    def decide(self, snapshot: QueueSnapshot, priority: Priority) -> Admission:
+        if snapshot.waiting >= snapshot.queue_size:
+            return Admission(False, f"queue full ({snapshot.waiting} waiting)")
+        batch_limit = max(1, math.floor(self._batch_share * snapshot.queue_size))
+        if priority == "batch" and snapshot.waiting >= batch_limit:
+            return Admission(False, f"queue past the batch share ({snapshot.waiting} of {batch_limit} waiting)")
+        return Admission(True)
+
+
+class QueueFull(Exception):
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    waiting: int
+    in_flight: int
+    capacity: int
+    queue_wait_p50_s: float | None
+    queue_wait_p90_s: float | None
+    """None when nothing was dispatched in the last `WAIT_WINDOW_S`."""
+
+
+@dataclass(order=True)
+class _Waiter:
+    rank: int
+    seq: int
+    future: asyncio.Future = field(compare=False)
+
+
+class PoolQueue:
+    def __init__(
+        self,
+        queue_size: int,
+        policy: AdmissionPolicy,
+        capacity: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._queue_size = queue_size
+        self._policy = policy
+        self._capacity = capacity
+        self._clock = clock
+        self._in_flight = 0
+        self._waiters: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._waits: deque[tuple[float, float]] = deque()
+
+    def set_capacity(self, capacity: int) -> None:
+        self._capacity = max(1, capacity)
+        self._grant()
+
+    async def acquire(self, priority: Priority | Literal["continuation"]) -> float:
+        """Wait for a slot; return the seconds waited. A `continuation` (a request
+        already admitted elsewhere, moving on) skips admission and goes first.
+        Raises `QueueFull` when refused."""
+        if priority != "continuation":
+            decision = self._policy.decide(self._snapshot(), priority)
+            if not decision.accepted:
+                raise QueueFull(decision.reason, self.retry_after_s())
+        start = self._clock()
+        if not self._waiters and self._in_flight < self._capacity:
+            self._in_flight += 1
+        else:
+            waiter = _Waiter(_RANK[priority], next(self._seq), asyncio.get_running_loop().create_future())
+            heapq.heappush(self._waiters, waiter)
+            try:
+                await waiter.future
+            except asyncio.CancelledError:
+                if waiter.future.done() and not waiter.future.cancelled():
+                    self.release()  # the slot arrived as we were cancelled
+                else:
+                    self._waiters.remove(waiter)
+                    heapq.heapify(self._waiters)
+                raise
+        waited = self._clock() - start
+        self._waits.append((self._clock(), waited))
+        return waited
+
+    def release(self) -> None:
+        self._in_flight -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._in_flight < self._capacity:
+            waiter = heapq.heappop(self._waiters)
+            self._in_flight += 1
+            waiter.future.set_result(None)
+
+    def _snapshot(self) -> QueueSnapshot:
+        return QueueSnapshot(len(self._waiters), self._queue_size)
+
+    def _recent_waits(self) -> list[float]:
+        horizon = self._clock() - WAIT_WINDOW_S
+        while self._waits and self._waits[0][0] < horizon:
+            self._waits.popleft()
+        return [wait for _, wait in self._waits]
+
+    def retry_after_s(self) -> int:
+        """A client told to come back should find room: about one median wait."""
+        waits = self._recent_waits()
+        median = quantile(waits, 0.5) if waits else 1.0
+        return min(60, max(1, math.ceil(median)))
+
+    def stats(self) -> PoolStats:
+        waits = self._recent_waits()
+        return PoolStats(
+            waiting=len(self._waiters),
+            in_flight=self._in_flight,
+            capacity=self._capacity,
+            queue_wait_p50_s=quantile(waits, 0.5) if waits else None,
+            queue_wait_p90_s=quantile(waits, 0.9) if waits else None,
+        )

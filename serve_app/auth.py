@@ -1,0 +1,125 @@
+"""API-key authentication and per-key rate limits at the ingress.
+
+Keys are compared by SHA-256 digest in constant time; the config holds digests
+or the names of environment variables, never keys. Limits are token buckets:
+requests per second (burst: one second's worth) and prompt + output tokens per
+minute, charged an estimate at admission and corrected when the request ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from serve_app.config import ApiKeyConfig
+from serve_app.errors import APIError
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class Authenticator:
+    """Maps a request's `Authorization` header to a client name, or refuses it."""
+
+    def __init__(self, keys: list[ApiKeyConfig], environ: Mapping[str, str] = os.environ) -> None:
+        self._digests: list[tuple[str, str]] = []
+        for key in keys:
+            if key.sha256 is not None:
+                self._digests.append((key.sha256, key.name))
+            elif environ.get(key.env or ""):
+                self._digests.append((key_digest(environ[key.env]), key.name))
+            else:
+                raise ValueError(f"api key {key.name!r}: environment variable {key.env} is not set")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def client(self, authorization: str | None) -> str | None:
+        """The client name for a valid key; None when authentication is off."""
+        if not self.enabled:
+            return None
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise APIError(401, "missing API key: send 'Authorization: Bearer <key>'", code="invalid_api_key")
+        digest = key_digest(token.strip())
+        matches = [name for known, name in self._digests if hmac.compare_digest(known, digest)]
+        if not matches:
+            raise APIError(401, "incorrect API key provided", code="invalid_api_key")
+        return matches[0]
+
+
+class TokenBucket:
+    def __init__(self, capacity: float, refill_per_s: float, now: float) -> None:
+        self.capacity = capacity
+        self.refill_per_s = refill_per_s
+        self.level = capacity
+        self._updated = now
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self._updated) * self.refill_per_s)
+        self._updated = now
+
+    def seconds_until(self, amount: float) -> float:
+        """Seconds until `amount` is available (0 if it is now)."""
+        missing = min(amount, self.capacity) - self.level
+        return max(0.0, missing / self.refill_per_s)
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    allowed: bool
+    retry_after_s: int = 0
+    reason: str = ""
+
+
+class RateLimiter:
+    """Per-client request and token buckets, from the clients' `ApiKeyConfig`."""
+
+    def __init__(self, keys: list[ApiKeyConfig], clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        now = clock()
+        self._requests = {
+            key.name: TokenBucket(max(1.0, key.requests_per_s), key.requests_per_s, now)
+            for key in keys
+            if key.requests_per_s is not None
+        }
+        self._tokens = {
+            key.name: TokenBucket(key.tokens_per_min, key.tokens_per_min / 60, now)
+            for key in keys
+            if key.tokens_per_min is not None
+        }
+
+    def admit(self, client: str | None, estimated_tokens: int) -> RateDecision:
+        """Charge one request and its estimated tokens, or say when to retry."""
+        if client is None:
+            return RateDecision(True)
+        now = self._clock()
+        requests, tokens = self._requests.get(client), self._tokens.get(client)
+        for bucket in (requests, tokens):
+            if bucket is not None:
+                bucket.refill(now)
+        if requests is not None and requests.level < 1:
+            wait = requests.seconds_until(1)
+            return RateDecision(False, math.ceil(wait), f"over {requests.refill_per_s:g} requests/s")
+        if tokens is not None and tokens.level < min(estimated_tokens, tokens.capacity):
+            wait = tokens.seconds_until(estimated_tokens)
+            return RateDecision(False, math.ceil(wait), f"over {tokens.capacity:g} tokens/min")
+        if requests is not None:
+            requests.level -= 1
+        if tokens is not None:
+            tokens.level -= estimated_tokens
+        return RateDecision(True)
+
+    def settle(self, client: str | None, estimated_tokens: int, actual_tokens: int) -> None:
+        """Replace a request's estimate by the tokens it really used."""
+        bucket = self._tokens.get(client) if client is not None else None
+        if bucket is not None:
+            bucket.refill(self._clock())
+            bucket.level = min(bucket.capacity, bucket.level + estimated_tokens - actual_tokens)
