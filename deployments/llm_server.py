@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import AsyncIterator, Callable
 
+from deployments.preemption_guard import Node, PreemptionGuard, RayNode
 from serve_app.config import EngineConfig, ModelConfig
+from serve_app.preemption import PreemptionConfig
 from serve_app.engine import create_engine
 from serve_app.engine.base import (
     EngineError,
@@ -20,15 +22,29 @@ logger = logging.getLogger("ray.serve")
 
 EngineFactory = Callable[[str, EngineConfig], LLMEngine]
 
+DRAINING = EngineError(
+    "this replica's node is being preempted; the router retries elsewhere", status=503, code="replica_draining"
+)
+
 
 class LLMServer:
     """Starts one pool's engine at replica start; streams generations to the router.
 
     Refusals (bad sampling, prompt too long) come back as `EngineError` values so
     the router can answer with the right status without unpickling exceptions.
+    On a Spot notice its `PreemptionGuard` drains the node; from then on new
+    requests are refused with `replica_draining` (the router retries them
+    elsewhere) while running ones finish.
     """
 
-    async def __init__(self, model: ModelConfig, pool: str, engine_factory: EngineFactory = create_engine) -> None:
+    async def __init__(
+        self,
+        model: ModelConfig,
+        pool: str,
+        preemption: PreemptionConfig,
+        engine_factory: EngineFactory = create_engine,
+        node_factory: Callable[[], Node] = RayNode,
+    ) -> None:
         self._model = model
         self._engine_config = model.pool_engine(next(p for p in model.pools if p.name == pool))
         self._engine = engine_factory(model.backend, self._engine_config)
@@ -36,15 +52,21 @@ class LLMServer:
         """Output tokens each running request may still produce (load for routing)."""
         info = await self._engine.start()
         self._max_model_len = info.max_model_len
+        self._guard = PreemptionGuard(preemption, node=node_factory())
+        self._guard.start()
         logger.info("model %s pool %s ready (max_model_len=%d)", model.name, pool, info.max_model_len)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
+        if self._guard.draining:
+            yield DRAINING
+            return
         self._in_flight[request.request_id] = request.sampling.max_tokens or self._max_model_len
         try:
-            chunks = coalesce(self._engine.stream(request), self._model.stream_interval_ms / 1000)
-            async for chunk in chunks:
-                self._in_flight[request.request_id] -= chunk.num_tokens
-                yield chunk
+            with self._guard.track():
+                chunks = coalesce(self._engine.stream(request), self._model.stream_interval_ms / 1000)
+                async for chunk in chunks:
+                    self._in_flight[request.request_id] -= chunk.num_tokens
+                    yield chunk
         except EngineRequestError as exc:
             yield exc.error
         finally:
@@ -55,6 +77,8 @@ class LLMServer:
         return {"in_flight": len(self._in_flight), "in_flight_tokens": sum(self._in_flight.values())}
 
     async def check_health(self) -> None:
+        if not self._guard.healthy():
+            raise RuntimeError("draining for a preemption, nothing left in flight")
         await self._engine.check_health()
 
     def __del__(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from typing import AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI
@@ -14,9 +16,12 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.router_metrics import RouterMetrics
 from serve_app.api_server import build_openai_app
+from serve_app.admission import Priority
 from serve_app.batcher import LengthBucketBatcher, ReplicaUnavailable, RequestMeta
 from serve_app.config import AppConfig, pool_deployment_name
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.notice_cap import NoticeCap
+from serve_app.placement import ON_DEMAND, SPOT, CapacityChooser, CapacityState
 
 logger = logging.getLogger("ray.serve")
 
@@ -27,18 +32,74 @@ _RETRYABLE = (RayActorError, BackPressureError, DeploymentUnavailableError, Repl
 
 
 class ServePoolClient:
-    """The batcher's `PoolClient`: one streaming handle per pool deployment."""
+    """The batcher's `PoolClient`: picks one of a pool's deployments (capacity
+    types) per request, and streams from it over a Serve handle.
 
-    def __init__(self, handles: dict[str, DeploymentHandle]) -> None:
+    Batch prefers Spot, realtime the type with more free slots
+    (`CapacityChooser`); a request that could not finish inside a Spot notice
+    window (`NoticeCap`, from measured decode speed) goes on-demand when there is
+    an on-demand deployment.
+    """
+
+    def __init__(self, config: AppConfig, handles: dict[str, DeploymentHandle]) -> None:
         self._handles = {name: handle.options(stream=True) for name, handle in handles.items()}
+        self._deployments: dict[tuple[str, str], dict[str, str]] = {}
+        self._slots_per_replica: dict[str, int] = {}
+        for model in config.models:
+            for pool in model.pools:
+                sides = config.pool_deployments(model, pool)
+                names = {side: pool_deployment_name(model.name, pool.name, side) for side in sides}
+                self._deployments[(model.name, pool.name)] = names
+                for side, name in names.items():
+                    self._slots_per_replica[name] = sides[side]["max_ongoing_requests"]
+        self._running: dict[str, int] = {}
+        self._in_flight: Counter[str] = Counter()
+        self._chooser = CapacityChooser()
+        preemption = config.preemption
+        self._cap = NoticeCap(config.notice_cap, preemption.notice_window_s, preemption.drain_margin_s)
+
+    def set_running(self, counts: dict[str, int]) -> None:
+        self._running = counts
+
+    def slots(self, model: str, pool: str) -> int:
+        """Requests the pool's running replicas take at once, over all its deployments."""
+        names = self._deployments[(model, pool)].values()
+        return sum(self._running.get(name, 0) * self._slots_per_replica[name] for name in names)
+
+    def running(self, model: str, pool: str) -> dict[str, int]:
+        return {side: self._running.get(name, 0) for side, name in self._deployments[(model, pool)].items()}
+
+    def _choose(self, model: str, pool: str, request: GenerationRequest, priority: Priority) -> str:
+        names = self._deployments[(model, pool)]
+        if len(names) == 1:
+            return next(iter(names.values()))
+        snapshot = {}
+        for side, name in names.items():
+            running = self._running.get(name, 0)
+            free = running * self._slots_per_replica[name] - self._in_flight[name]
+            snapshot[side] = CapacityState(healthy=running, free_slots=max(0, free))
+        order = self._chooser.choose(snapshot, priority)
+        limits = [limit for limit in (request.sampling.max_tokens, request.stop_after) if limit is not None]
+        budget = min(limits) if limits else None
+        if ON_DEMAND in names and (budget is None or budget > self._cap.cap(names[SPOT])):
+            order = [side for side in order if side != SPOT]
+        return names[order[0]]
 
     async def stream(
-        self, model: str, pool: str, request: GenerationRequest
+        self, model: str, pool: str, request: GenerationRequest, priority: Priority
     ) -> AsyncIterator[GenerationChunk | EngineError]:
-        responses = self._handles[pool_deployment_name(model, pool)].stream.remote(request)
+        name = self._choose(model, pool, request, priority)
+        responses = self._handles[name].stream.remote(request)
+        self._in_flight[name] += 1
+        first_token_at, tokens = None, 0
         try:
             async for chunk in responses:
+                if isinstance(chunk, GenerationChunk) and chunk.num_tokens:
+                    first_token_at = first_token_at or time.monotonic()
+                    tokens += chunk.num_tokens
                 yield chunk
+            if first_token_at is not None:
+                self._cap.observe(name, tokens, time.monotonic() - first_token_at)
         except _RETRYABLE as exc:
             raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
         except Exception as exc:
@@ -47,6 +108,7 @@ class ServePoolClient:
             detail = f"{type(cause).__name__}: {cause}"[:300]
             yield EngineError(f"model {model!r} failed: {detail}", status=500, code="engine_error", type="server_error")
         finally:
+            self._in_flight[name] -= 1
             responses.cancel()
 
 
@@ -75,12 +137,8 @@ class OpenAIRouter:
     ) -> None:
         self._config = config
         self._metrics = RouterMetrics()
-        self._batcher = LengthBucketBatcher(config, ServePoolClient(pools), self._metrics)
-        self._slots_per_replica = {
-            (model.name, pool.name): model.pool_deployment(pool).max_ongoing_requests
-            for model in config.models
-            for pool in model.pools
-        }
+        self._client = ServePoolClient(config, pools)
+        self._batcher = LengthBucketBatcher(config, self._client, self._metrics)
         self._count_replicas = count_replicas
         self._poller = asyncio.get_running_loop().create_task(self._poll_capacity())
 
@@ -95,7 +153,8 @@ class OpenAIRouter:
 
     def stats(self) -> dict:
         pools = {
-            pool_deployment_name(model, pool): vars(stats) for (model, pool), stats in self._batcher.stats().items()
+            f"{model}/{pool}": {**vars(stats), "replicas": self._client.running(model, pool)}
+            for (model, pool), stats in self._batcher.stats().items()
         }
         return {"pools": pools, "predictor_classes": self._batcher.predictor_classes(), "moves": self._batcher.moves()}
 
@@ -115,12 +174,11 @@ class OpenAIRouter:
         """Keep each pool's slot count at running replicas x max_ongoing_requests."""
         while True:
             try:
-                counts = await self._count_replicas()
-                for (model, pool), slots in self._slots_per_replica.items():
-                    running = counts.get(pool_deployment_name(model, pool), 0)
-                    self._batcher.set_capacity(model, pool, running * slots)
-                    self._metrics.pool_replicas(model, pool, running)
+                self._client.set_running(await self._count_replicas())
                 for (model, pool), stats in self._batcher.stats().items():
+                    self._batcher.set_capacity(model, pool, self._client.slots(model, pool))
+                    for capacity_type, running in self._client.running(model, pool).items():
+                        self._metrics.pool_replicas(model, pool, capacity_type, running)
                     self._metrics.queue_depth(model, pool, stats.waiting)
             except Exception:  # the controller may be briefly unreachable; keep the last counts
                 logger.exception("reading pool replica counts failed")

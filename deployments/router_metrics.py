@@ -26,7 +26,9 @@ class RouterMetrics:
             "serve_app_queue_wait_seconds", "Time waited in the router queue.", _LATENCY_BOUNDARIES, ("model", "bucket")
         )
         self.depth = metrics.Gauge("serve_app_queue_depth", "Requests waiting per pool.", ("model", "bucket"))
-        self.replicas = metrics.Gauge("serve_app_replicas", "Running replicas per pool.", ("model", "bucket"))
+        self.replicas = metrics.Gauge(
+            "serve_app_replicas", "Running replicas per pool and capacity type.", ("model", "bucket", "capacity_type")
+        )
         token_tags = ("model", "bucket")
         self.output_tokens = metrics.Counter("serve_app_output_tokens_total", "Output tokens.", token_tags)
         self.prompt_tokens = metrics.Counter("serve_app_prompt_tokens_total", "Prompt tokens.", token_tags)
@@ -48,8 +50,8 @@ class RouterMetrics:
     def queue_depth(self, model: str, pool: str, waiting: int) -> None:
         self.depth.set(waiting, {"model": model, "bucket": pool})
 
-    def pool_replicas(self, model: str, pool: str, running: int) -> None:
-        self.replicas.set(running, {"model": model, "bucket": pool})
+    def pool_replicas(self, model: str, pool: str, capacity_type: str, running: int) -> None:
+        self.replicas.set(running, {"model": model, "bucket": pool, "capacity_type": capacity_type})
 
     def finished(self, record: RequestRecord) -> None:
         tags = {"model": record.model, "bucket": record.bucket}

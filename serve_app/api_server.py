@@ -165,8 +165,9 @@ class OpenAIServer:
 
     async def _open_stream(
         self, model: str, request: GenerationRequest, meta: RequestMeta
-    ) -> AsyncIterator[GenerationChunk | EngineError]:
-        """Start a stream; an error before any output becomes a plain HTTP error."""
+    ) -> tuple[str, AsyncIterator[GenerationChunk | EngineError]]:
+        """Start a stream; an error before any output becomes a plain HTTP error.
+        Returns the model that answers (the first chunk says) and the chunks."""
         chunks = self._backend.stream(model, request, meta)
         try:
             first = await anext(chunks)
@@ -185,7 +186,7 @@ class OpenAIServer:
             finally:
                 await chunks.aclose()
 
-        return replay()
+        return (first.model if first is not None else None) or model, replay()
 
     def handler(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def handle(http: Request) -> Response:
@@ -204,9 +205,9 @@ class OpenAIServer:
         generation = replace(generation, priority=PRIORITIES.index(meta.priority))
         if not request.stream:
             result = await self._complete(model, generation, meta)
-            return JSONResponse(endpoint.to_response(request_id, model, result).model_dump())
-        chunks = await self._open_stream(model, generation, meta)
-        return event_stream(endpoint.to_events(request_id, model, chunks, request.include_usage))
+            return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
+        answering, chunks = await self._open_stream(model, generation, meta)
+        return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ class RequestMeta:
 
 
 class PoolClient(Protocol):
-    def stream(self, model: str, pool: str, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
+    def stream(
+        self, model: str, pool: str, request: GenerationRequest, priority: Priority
+    ) -> AsyncIterator[GenerationChunk | EngineError]:
         """Output of one attempt; raises `ReplicaUnavailable` for a retryable failure."""
 
 
@@ -221,7 +223,7 @@ class LengthBucketBatcher:
                 record.attempts += 1
                 moved_on = False
                 try:
-                    async with aclosing(self._client.stream(config.name, pool.name, attempt)) as chunks:
+                    async with aclosing(self._client.stream(config.name, pool.name, attempt, meta.priority)) as chunks:
                         async for item in chunks:
                             if isinstance(item, EngineError):
                                 if item.code in RETRYABLE_ENGINE_CODES:

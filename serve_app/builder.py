@@ -21,14 +21,15 @@ def build_app(args: dict[str, Any]) -> Application:
 
 
 def build_from_config(config: AppConfig) -> Application:
-    """One LLM deployment per (model, pool), and the router over all of them."""
+    """One LLM deployment per (model, pool, capacity type), and the router over all of them."""
     pools = {}
     for model in config.models:
         for pool in model.pools:
-            name = pool_deployment_name(model.name, pool.name)
-            options = {"request_router_config": ROUTER_CONFIG, **model.pool_deployment(pool).serve_options()}
-            deployment = serve.deployment(LLMServer).options(name=name, **options)
-            pools[name] = deployment.bind(model, pool.name)
+            for capacity_type, options in config.pool_deployments(model, pool).items():
+                name = pool_deployment_name(model.name, pool.name, capacity_type)
+                options = {"request_router_config": ROUTER_CONFIG, **options}
+                deployment = serve.deployment(LLMServer).options(name=name, **options)
+                pools[name] = deployment.bind(model, pool.name, config.preemption)
     router = serve.deployment(serve.ingress()(OpenAIRouter)).options(
         name="OpenAIRouter", **config.router.deployment.serve_options()
     )

@@ -1,4 +1,5 @@
-"""`serve-app` command line: validate configs, prepare and quantize the tiny model."""
+"""`serve-app` command line: validate configs, prepare and quantize the tiny model,
+generate the KubeRay manifests."""
 
 from __future__ import annotations
 
@@ -53,9 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     quant = commands.add_parser("quantize-w8a8", help="write an INT8 (W8A8) copy of a prepared checkpoint")
     quant.add_argument("--src", default="models/SmolLM2-135M-Instruct")
     quant.add_argument("--dest", default="models/SmolLM2-135M-Instruct-W8A8")
+    kuberay = commands.add_parser("kuberay", help="(re)generate kuberay/manifests from configs/prod.yaml")
+    kuberay.add_argument("args", nargs=argparse.REMAINDER, help="see `serve-app kuberay --help`")
     args = parser.parse_args(argv)
     if args.command == "validate":
         return validate(args.paths)
+    if args.command == "kuberay":
+        from serve_app import kuberay_manifests
+
+        return kuberay_manifests.main(args.args)
     from serve_app.model_prep import prepare_smollm2, quantize_w8a8_int8
 
     if args.command == "quantize-w8a8":

@@ -15,10 +15,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serve_app.notice_cap import NoticeCapConfig
+from serve_app.placement import CapacitySplit
+from serve_app.preemption import PreemptionConfig
 from serve_app.templates import PromptTemplate
 
 ENGINE_BACKENDS = ("vllm",)
 """Engine backends the builder can construct (see `serve_app.engine.create_engine`)."""
+
+ANY_CAPACITY = "any"
+"""Capacity type of an unpinned pool (runs wherever Ray places it)."""
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
@@ -93,6 +99,9 @@ class DeploymentOptions(StrictModel):
     first of which hosts the replica actor itself."""
     placement_group_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None
     """How the bundles are placed; STRICT_PACK keeps a TP group on one node."""
+    placement_group_bundle_label_selector: list[dict[str, str]] | None = None
+    """Node labels per bundle (Serve ignores the actor's `label_selector` when
+    bundles are set); how a tensor-parallel pool is pinned to a capacity type."""
     request_router_config: dict[str, Any] | None = None
     """Serve `RequestRouterConfig`; LLM pools default to the least-loaded
     router (`deployments.request_router`)."""
@@ -126,6 +135,20 @@ class PoolConfig(StrictModel):
     """Serve options of this pool's replicas; None uses the model's."""
     queue_size: int = Field(default=256, gt=0)
     """Requests that may wait in the router for this pool; beyond it, 503."""
+    spot_share: float | None = Field(default=None, ge=0, le=1)
+    """Share of the pool's replicas on Spot nodes (Ray label `ray.io/market-type`).
+    Set: the pool runs as an on-demand deployment (the baseline, rounded up) and a
+    Spot one that falls back to on-demand nodes. None: no pinning (one machine)."""
+
+
+class FallbackConfig(StrictModel):
+    """Where a model's requests go while it has no running replica (scaled to zero)."""
+
+    model: str
+    """Served model that answers instead, e.g. the tiny CPU tier."""
+    priorities: list[Literal["realtime", "batch"]] = Field(default_factory=lambda: ["realtime"])
+    """Priorities that fall back; the others wait in the queue, and their demand
+    (with the fallen-back requests) scales this model up."""
 
 
 class ModelConfig(StrictModel):
@@ -147,6 +170,8 @@ class ModelConfig(StrictModel):
     pools: list[PoolConfig] = Field(default_factory=lambda: [PoolConfig(name="default")], min_length=1)
     """Length buckets, shortest first, each with its own replica pool. One pool
     means no bucketing."""
+    fallback: FallbackConfig | None = None
+    """Serve some priorities from another model while this one has no replica."""
     overrun: Literal["rebucket", "finish"] = "rebucket"
     """A request that reaches its bucket's edge unfinished: `rebucket` continues
     it (same stream, from the tokens so far) on the next bucket's pool;
@@ -280,6 +305,10 @@ class AppConfig(StrictModel):
     """Prompt templates by name."""
     router: RouterConfig = Field(default_factory=RouterConfig)
     """Ingress settings."""
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
+    """How Spot replicas learn of an interruption and drain."""
+    notice_cap: NoticeCapConfig = Field(default_factory=NoticeCapConfig)
+    """Which requests fit in a Spot notice window (longer ones go on-demand)."""
 
     @field_validator("models")
     @classmethod
@@ -291,6 +320,19 @@ class AppConfig(StrictModel):
         return models
 
     @model_validator(mode="after")
+    def _fallbacks_exist(self) -> AppConfig:
+        models = self.model_by_name()
+        for model in self.models:
+            if model.fallback is None:
+                continue
+            target = models.get(model.fallback.model)
+            if target is None or target is model:
+                raise ValueError(f"model {model.name}: fallback {model.fallback.model!r} is not another served model")
+            if target.fallback is not None:
+                raise ValueError(f"model {model.name}: fallback {target.name} has a fallback itself")
+        return self
+
+    @model_validator(mode="after")
     def _templates_parse(self) -> AppConfig:
         for name, template in self.templates.items():
             PromptTemplate(name, template)  # raises ValueError naming the template
@@ -299,11 +341,25 @@ class AppConfig(StrictModel):
     def model_by_name(self) -> dict[str, ModelConfig]:
         return {model.name: model for model in self.models}
 
+    def pool_deployments(self, model: ModelConfig, pool: PoolConfig) -> dict[str, dict[str, Any]]:
+        """Serve options of each deployment of a pool, by capacity type."""
+        options = model.pool_deployment(pool).serve_options()
+        if pool.spot_share is None:
+            return {ANY_CAPACITY: options}
+        sides = CapacitySplit(pool.spot_share).serve_options(options)
+        if "spot" in sides:
+            # Serve stops a replica on a draining node this long before the
+            # deadline, then lets it finish: give it the whole notice window.
+            window = self.preemption.notice_window_s - self.preemption.drain_margin_s
+            sides["spot"]["graceful_shutdown_timeout_s"] = window
+        return sides
 
-def pool_deployment_name(model_name: str, pool_name: str) -> str:
-    """The Serve deployment running one pool of a model."""
+
+def pool_deployment_name(model_name: str, pool_name: str, capacity_type: str = ANY_CAPACITY) -> str:
+    """The Serve deployment running one pool of a model on one capacity type."""
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in model_name)
-    return f"LLMServer-{safe}-{pool_name}"
+    suffix = {ANY_CAPACITY: "", "spot": "-spot", "on-demand": "-ondemand"}[capacity_type]
+    return f"LLMServer-{safe}-{pool_name}{suffix}"
 
 
 def load_serve_config(path: str | Path) -> dict[str, Any]:

@@ -1,14 +1,22 @@
-"""A fake engine for fast unit tests of the HTTP and replica layers (never e2e).
+"""Fakes for fast unit tests (never e2e): an engine, Serve handles, a Ray node
+and an AWS instance-metadata service on loopback.
 
-It "tokenizes" on whitespace and answers with numbered words, so outputs and
-token counts are predictable.
+The engine "tokenizes" on whitespace and answers with numbered words, so
+outputs and token counts are predictable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import AsyncIterator
 
+from serve_app.placement import MARKET_TYPE_LABEL, ON_DEMAND
+from serve_app.preemption import INSTANCE_ACTION_PATH, TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER
 from serve_app.engine.base import (
     EngineInfo,
     GenerationChunk,
@@ -104,12 +112,17 @@ class FakeHandle:
         return _Method(self._target, name, self._stream)
 
 
-async def start_llm_server(model, engine: LLMEngine, pool: str = "default"):
-    """Construct an `LLMServer` the way Serve does (its `__init__` is async)."""
+async def start_llm_server(model, engine: LLMEngine, pool: str = "default", preemption=None, node=None):
+    """Construct an `LLMServer` the way Serve does (its `__init__` is async), on
+    an on-demand `FakeNode` unless told otherwise."""
     from deployments.llm_server import LLMServer
+    from serve_app.preemption import PreemptionConfig
 
     server = LLMServer.__new__(LLMServer)
-    await server.__init__(model, pool, engine_factory=lambda *_: engine)
+    node = node or FakeNode(ON_DEMAND)
+    await server.__init__(
+        model, pool, preemption or PreemptionConfig(), engine_factory=lambda *_: engine, node_factory=lambda: node
+    )
     return server
 
 
@@ -132,3 +145,72 @@ async def start_router(config, engines: dict[str, LLMEngine]):
     await router.__init__(config, handles, count_replicas=one_replica_each)
     await asyncio.sleep(0)  # let the capacity poll run once
     return router
+
+
+class FakeNode:
+    def __init__(self, capacity_type: str) -> None:
+        self.node_id = "ab" * 28
+        self.labels = {MARKET_TYPE_LABEL: capacity_type}
+        self.drains: list[tuple[float, str]] = []
+        self.deadline_ms: int | None = None
+
+    def drain(self, deadline: float, message: str) -> None:
+        self.drains.append((deadline, message))
+
+    def draining_deadline_ms(self) -> int | None:
+        return self.deadline_ms
+
+
+class FakeImds:
+    """An IMDS stand-in on 127.0.0.1: IMDSv2 tokens, `spot/instance-action` 404 or a notice."""
+
+    def __init__(self, imdsv2: bool = True) -> None:
+        self.imdsv2 = imdsv2
+        self.notice: dict | None = None
+        self.broken = False
+        self.tokens: list[str] = []
+        self.gets: list[dict[str, str]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:
+                if self.path != TOKEN_PATH or not fake.imdsv2:
+                    return self._reply(404, "")
+                if not self.headers.get(TOKEN_TTL_HEADER, "").isdigit():
+                    return self._reply(400, "missing ttl")
+                fake.tokens.append(f"token-{len(fake.tokens)}")
+                self._reply(200, fake.tokens[-1])
+
+            def do_GET(self) -> None:
+                fake.gets.append(dict(self.headers))
+                if fake.broken:
+                    return self._reply(500, "oops")
+                if fake.imdsv2 and (not fake.tokens or self.headers.get(TOKEN_HEADER) != fake.tokens[-1]):
+                    return self._reply(401, "")
+                if self.path != INSTANCE_ACTION_PATH or fake.notice is None:
+                    return self._reply(404, "")
+                self._reply(200, json.dumps(fake.notice))
+
+            def _reply(self, status: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def announce(self, in_s: float, action: str = "terminate") -> float:
+        """Post a notice due `in_s` from now (whole seconds, as IMDS gives); its deadline."""
+        deadline = datetime.fromtimestamp(int(time.time() + in_s), tz=timezone.utc)
+        self.notice = {"action": action, "time": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        return deadline.timestamp()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -61,6 +61,8 @@ class GenerationChunk:
     finish_reason: str | None = None
     token_ids: tuple[int, ...] = ()
     """The new tokens' ids (what a resumed attempt continues from)."""
+    model: str | None = None
+    """Set when a model other than the requested one answered (the fallback tier)."""
 
 
 @dataclass
@@ -69,8 +71,11 @@ class GenerationResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    model: str | None = None
+    """Set when a model other than the requested one answered."""
 
     def add(self, chunk: GenerationChunk) -> None:
+        self.model = chunk.model or self.model
         self.text += chunk.text
         self.prompt_tokens = chunk.prompt_tokens
         self.completion_tokens += chunk.num_tokens

@@ -1,5 +1,6 @@
 from serve_app.config import ModelConfig
 from serve_app.engine.base import EngineError, GenerationRequest, SamplingOptions
+from deployments.llm_server import DRAINING
 from tests.fakes import FakeEngine, start_llm_server
 
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
@@ -45,3 +46,37 @@ async def test_routing_stats_count_running_requests_and_their_token_debt():
     assert server.record_routing_stats() == {"in_flight": 1, "in_flight_tokens": 4}
     [item async for item in stream]
     assert server.record_routing_stats() == {"in_flight": 0, "in_flight_tokens": 0}
+
+
+async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work():
+    import asyncio
+
+    import pytest
+
+    from serve_app.placement import SPOT
+    from serve_app.preemption import PreemptionConfig
+    from tests.fakes import FakeImds, FakeNode
+
+    imds, node = FakeImds(), FakeNode(SPOT)
+    try:
+        config = PreemptionConfig(imds_url=imds.url, poll_interval_s=0.05, imds_timeout_s=0.5)
+        model = MODEL.model_copy(update={"stream_interval_ms": 0})
+        server = await start_llm_server(model, FakeEngine(max_model_len=64, step_s=0.05), preemption=config, node=node)
+        running = server.stream(request(10))
+        first = await anext(running)
+        imds.announce(in_s=60)
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+            if server._guard.draining:
+                break
+        refused = [item async for item in server.stream(request(2))]
+        assert refused == [DRAINING]
+        await server.check_health()  # still finishing the running request
+        rest = [item async for item in running]
+        assert first.text + "".join(chunk.text for chunk in rest) == "".join(f" w{i}" for i in range(10))
+        with pytest.raises(RuntimeError, match="draining"):
+            await server.check_health()
+        await asyncio.sleep(0.05)
+        assert len(node.drains) == 1
+    finally:
+        imds.close()

@@ -79,3 +79,40 @@ async def test_remote_tracebacks_do_not_reach_the_client(small_config):
     message = response.json()["error"]["message"]
     assert response.status_code == 500 and "ValueError: bad" in message
     assert "secret/path.py" not in message
+
+
+async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_config):
+    from deployments.router import ServePoolClient
+    from serve_app.engine.base import GenerationRequest, SamplingOptions
+    from tests.fakes import FakeEngine, FakeHandle, start_llm_server
+
+    model = small_config.models[0].model_copy(
+        update={"deployment": small_config.models[0].deployment.model_copy(update={"num_replicas": 2})}
+    )
+    pool = model.pools[0].model_copy(update={"spot_share": 0.5})
+    model = model.model_copy(update={"pools": [pool]})
+    config = small_config.model_copy(update={"models": [model]})
+    sides = config.pool_deployments(model, pool)
+    assert sides["spot"]["ray_actor_options"]["label_selector"] == {"ray.io/market-type": "spot"}
+    assert sides["spot"]["ray_actor_options"]["fallback_strategy"] == [
+        {"label_selector": {"ray.io/market-type": "on-demand"}}
+    ]
+    assert sides["spot"]["graceful_shutdown_timeout_s"] == 110  # the notice window less the margin
+    names = {side: pool_deployment_name(model.name, pool.name, side) for side in sides}
+    engines = {side: FakeEngine() for side in sides}
+    handles = {names[side]: FakeHandle(await start_llm_server(model, engines[side])) for side in sides}
+    client = ServePoolClient(config, handles)
+    client.set_running({name: 1 for name in names.values()})
+    assert client.slots(model.name, pool.name) == 2 * model.deployment.max_ongoing_requests
+
+    async def send(max_tokens, priority):
+        request = GenerationRequest("r", SamplingOptions(max_tokens=max_tokens), prompt="a")
+        [chunk async for chunk in client.stream(model.name, pool.name, request, priority)]
+
+    await send(4, "batch")
+    await send(4, "realtime")  # equal headroom: on-demand
+    await send(50, "batch")  # fits the cold cap: 5 tok/s x (120 - 10 - 5) s = 525 tokens
+    await send(None, "batch")  # no limit: never on Spot
+    assert [len(engines[side].requests) for side in ("on-demand", "spot")] == [2, 2]
+    await send(600, "batch")  # over the cap: on-demand
+    assert len(engines["on-demand"].requests) == 3

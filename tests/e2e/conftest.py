@@ -1,5 +1,6 @@
-"""One live app for the whole e2e session: `serve run` on the shipped
-configs/local.yaml (only the HTTP port moved to a free one), real model."""
+"""One live app for all tests in this package: `serve run` on the shipped
+configs/local.yaml (only the HTTP port moved to a free one), real model. It
+stops when the package's tests are done, before other live apps start."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from serve_app.local_servers import ServeRunServer
 from tests.conftest import REPO
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_app():
     """Base URL (…/v1) of the running app."""
     server = ServeRunServer(

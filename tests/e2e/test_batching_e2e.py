@@ -48,8 +48,8 @@ def test_short_answers_do_not_wait_behind_long_ones(live_app):
     print(f"\n[e2e] short p50 {shorts[len(shorts) // 2]:.2f}s p99 {short_p99:.2f}s; long p50 {long_p50:.1f}s")
     assert short_p99 < long_p50 / 4
     pools = stats(live_app)["pools"]
-    assert pools["LLMServer-smollm2-135m-instruct-short"]["capacity"] == 64
-    assert pools["LLMServer-smollm2-135m-instruct-long"]["capacity"] == 32
+    assert pools["smollm2-135m-instruct/short"]["capacity"] == 64
+    assert pools["smollm2-135m-instruct/long"]["capacity"] == 32
 
 
 def test_an_answer_past_its_bucket_continues_on_the_long_pool_unchanged(live_app):

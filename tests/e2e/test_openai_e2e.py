@@ -15,7 +15,7 @@ MODEL = "smollm2-135m-instruct"
 CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(live_app) -> openai.OpenAI:
     return openai.OpenAI(base_url=live_app, api_key="unused", max_retries=0, timeout=120)
 

@@ -239,6 +239,6 @@ async def test_stats_show_pools_and_learned_classes(stack):
     client, http, _ = stack
     await client.chat.completions.create(model="fake-a", messages=[{"role": "user", "content": "x"}], max_tokens=2)
     stats = (await http.get("/stats")).json()
-    pool = stats["pools"]["LLMServer-fake-a-default"]
+    pool = stats["pools"]["fake-a/default"]
     assert pool["capacity"] == 64 and pool["waiting"] == 0 and pool["queue_wait_p50_s"] is not None
     assert stats["predictor_classes"] == {"chat:2^0": 1}

@@ -39,7 +39,7 @@ class Pools:
         self.lose_after: list[int] = []
         """Chunks after which the next attempts' replica dies, one entry per attempt."""
 
-    async def stream(self, model, pool, request):
+    async def stream(self, model, pool, request, priority):
         self.calls.append((pool, request))
         lose_after = self.lose_after.pop(0) if self.lose_after else None
         sent = 0
@@ -158,11 +158,11 @@ async def test_a_draining_replica_refusal_is_retried_elsewhere():
     real = pools.stream
     refusals = [EngineError("draining", status=503, code="replica_draining")]
 
-    async def stream(model, pool, req):
+    async def stream(model, pool, req, priority):
         if refusals:
             yield refusals.pop()
             return
-        async for item in real(model, pool, req):
+        async for item in real(model, pool, req, priority):
             yield item
 
     pools.stream = stream
