@@ -59,7 +59,7 @@ class ServePoolClient:
         self._cap = NoticeCap(config.notice_cap, preemption.notice_window_s, preemption.drain_margin_s)
 
     def set_running(self, counts: dict[str, int]) -> None:
-        self._running = counts
+        self._running = dict(counts)
 
     def slots(self, model: str, pool: str) -> int:
         """Requests the pool's running replicas take at once, over all its deployments."""
@@ -101,6 +101,10 @@ class ServePoolClient:
             if first_token_at is not None:
                 self._cap.observe(name, tokens, time.monotonic() - first_token_at)
         except _RETRYABLE as exc:
+            # Count the replica as gone until the next poll says otherwise, so the
+            # retry goes to a side that still has replicas (a lost Spot node
+            # often takes all of its side's replicas).
+            self._running[name] = max(0, self._running.get(name, 0) - 1)
             raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
         except Exception as exc:
             # A RayTaskError's text carries the remote traceback; clients get the cause only.

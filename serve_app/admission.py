@@ -70,6 +70,9 @@ class PoolStats:
     queue_wait_p50_s: float | None
     queue_wait_p90_s: float | None
     """None when nothing was dispatched in the last `WAIT_WINDOW_S`."""
+    diverted: int = 0
+    """Requests sent to the model's fallback in the last `WAIT_WINDOW_S` because
+    this pool had no replica: demand that should bring it up."""
 
 
 @dataclass(order=True)
@@ -95,10 +98,19 @@ class PoolQueue:
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         self._waits: deque[tuple[float, float]] = deque()
+        self._diverted: deque[float] = deque()
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     def set_capacity(self, capacity: int) -> None:
-        self._capacity = max(1, capacity)
+        self._capacity = max(0, capacity)
         self._grant()
+
+    def note_diverted(self) -> None:
+        """A request that would have waited here went to the fallback model."""
+        self._diverted.append(self._clock())
 
     async def acquire(self, priority: Priority | Literal["continuation"]) -> float:
         """Wait for a slot; return the seconds waited. A `continuation` (a request
@@ -153,6 +165,9 @@ class PoolQueue:
         return min(60, max(1, math.ceil(median)))
 
     def stats(self) -> PoolStats:
+        horizon = self._clock() - WAIT_WINDOW_S
+        while self._diverted and self._diverted[0] < horizon:
+            self._diverted.popleft()
         waits = self._recent_waits()
         return PoolStats(
             waiting=len(self._waiters),
@@ -160,4 +175,5 @@ class PoolQueue:
             capacity=self._capacity,
             queue_wait_p50_s=quantile(waits, 0.5) if waits else None,
             queue_wait_p90_s=quantile(waits, 0.9) if waits else None,
+            diverted=len(self._diverted),
         )

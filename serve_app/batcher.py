@@ -146,8 +146,13 @@ class LengthBucketBatcher:
         config = self._models[model]
         prediction = self._predictor.predict(meta.prompt_class, request.sampling.max_tokens)
         index = bucket_index(config.pools, prediction.tokens)
+        fallback = self._fallback(config, meta.priority)
+        if fallback is not None:
+            self._queues[(model, config.pools[index].name)].note_diverted()
+            config = fallback
+            index = bucket_index(config.pools, prediction.tokens)
         record = RequestRecord(
-            model, config.pools[index].name, meta.priority, meta.client, prediction.tokens, prediction.source
+            config.name, config.pools[index].name, meta.priority, meta.client, prediction.tokens, prediction.source
         )
         estimate = meta.prompt_class.prompt_chars // 4 + prediction.tokens
         decision = self._limiter.admit(meta.client, estimate)
@@ -163,7 +168,7 @@ class LengthBucketBatcher:
         started = self._clock()
         try:
             async for item in self._run(config, index, request, meta, record, started):
-                yield item
+                yield item if fallback is None or isinstance(item, EngineError) else replace(item, model=config.name)
         except (asyncio.CancelledError, GeneratorExit):
             record.status = "cancelled"
             raise
@@ -174,6 +179,14 @@ class LengthBucketBatcher:
                 self._predictor.observe(meta.prompt_class, record.output_tokens)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)
             self._observer.finished(record)
+
+    def _fallback(self, config: ModelConfig, priority: Priority) -> ModelConfig | None:
+        """The model to serve instead while `config`'s pools have no replica."""
+        if config.fallback is None or priority not in config.fallback.priorities:
+            return None
+        if any(self._queues[(config.name, pool.name)].capacity for pool in config.pools):
+            return None
+        return self._models[config.fallback.model]
 
     async def _acquire(self, model: str, pool: str, priority: Priority | str, record: RequestRecord) -> PoolQueue:
         queue = self._queues[(model, pool)]

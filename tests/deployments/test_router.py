@@ -116,3 +116,24 @@ async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_confi
     assert [len(engines[side].requests) for side in ("on-demand", "spot")] == [2, 2]
     await send(600, "batch")  # over the cap: on-demand
     assert len(engines["on-demand"].requests) == 3
+
+
+async def test_a_lost_replica_steers_retries_to_the_other_side_until_the_next_poll(small_config):
+    from deployments.router import ServePoolClient
+    from serve_app.batcher import ReplicaUnavailable
+    from serve_app.engine.base import GenerationRequest, SamplingOptions
+
+    model = small_config.models[0]
+    pool = model.pools[0].model_copy(update={"spot_share": 0.5})
+    model = model.model_copy(update={"pools": [pool], "deployment": model.deployment.model_copy(update={"num_replicas": 2})})
+    config = small_config.model_copy(update={"models": [model]})
+    spot, on_demand = (pool_deployment_name(model.name, pool.name, side) for side in ("spot", "on-demand"))
+    handles = {spot: FailingHandle(ActorDiedError()), on_demand: FailingHandle(ValueError("served"))}
+    client = ServePoolClient(config, handles)
+    client.set_running({spot: 1, on_demand: 1})
+    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
+    with pytest.raises(ReplicaUnavailable):
+        [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]
+    assert client.running(model.name, pool.name) == {"on-demand": 1, "spot": 0}
+    [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]  # batch, yet on-demand now
+    assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)

@@ -237,3 +237,54 @@ async def test_queue_waits_are_measured_and_exported_as_stats():
     assert waits[0] < 0.01 and waits[-1] > 0.15
     stats = batcher.stats()[("m", "long")]
     assert stats.queue_wait_p90_s == pytest.approx(waits[-1]) and stats.in_flight == 0
+
+
+class TieredPools:
+    def __init__(self) -> None:
+        self.engines = {"big": FakeEngine(), "tiny": FakeEngine()}
+
+    async def stream(self, model, pool, request, priority):
+        async for chunk in self.engines[model].stream(request):
+            yield chunk
+
+
+async def test_realtime_falls_back_to_the_tiny_tier_while_the_big_model_is_at_zero():
+    config = AppConfig.model_validate({
+        "models": [
+            {"name": "big", "engine": {"model": "unused"}, "fallback": {"model": "tiny", "priorities": ["realtime"]}},
+            {"name": "tiny", "engine": {"model": "unused"}},
+        ],
+    })
+    pools = TieredPools()
+    batcher = LengthBucketBatcher(config, pools, Observer())
+    batcher.set_capacity("tiny", "default", 4)
+    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
+    assert {c.model for c in chunks} == {"tiny"} and len(pools.engines["tiny"].requests) == 1
+    waiting = asyncio.create_task(text_of_model(batcher, "big", request(2), meta("batch")))
+    await asyncio.sleep(0.01)
+    big = batcher.stats()[("big", "default")]
+    assert not waiting.done() and big.waiting == 1 and big.diverted == 1  # demand that should scale it up
+    batcher.set_capacity("big", "default", 4)  # a big replica is ready
+    assert await waiting == " w0 w1"
+    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
+    assert {c.model for c in chunks} == {None} and len(pools.engines["big"].requests) == 2
+
+
+async def text_of_model(batcher, model, req, info):
+    return "".join([chunk.text async for chunk in batcher.stream(model, req, info)])
+
+
+def test_a_fallback_must_be_another_model_without_its_own_fallback():
+    from pydantic import ValidationError
+
+    def models(fallback_of_tiny):
+        return {"models": [
+            {"name": "big", "engine": {"model": "x"}, "fallback": {"model": "tiny"}},
+            {"name": "tiny", "engine": {"model": "x"}, **fallback_of_tiny},
+        ]}
+
+    AppConfig.model_validate(models({}))
+    with pytest.raises(ValidationError, match="has a fallback itself"):
+        AppConfig.model_validate(models({"fallback": {"model": "big"}}))
+    with pytest.raises(ValidationError, match="not another served model"):
+        AppConfig.model_validate({"models": [{"name": "a", "engine": {"model": "x"}, "fallback": {"model": "a"}}]})
