@@ -16,6 +16,9 @@ from ray.serve.handle import DeploymentHandle
 
 from deployments.router_metrics import RouterMetrics
 from serve_app.api_server import build_openai_app
+from serve_app.autoscaling import PoolQueueStats, autoscaling_stats
+from serve_app.cost import CostMeter
+from serve_app.errors import APIError
 from serve_app.admission import Priority
 from serve_app.batcher import LengthBucketBatcher, ReplicaUnavailable, RequestMeta
 from serve_app.config import AppConfig, pool_deployment_name
@@ -24,6 +27,8 @@ from serve_app.notice_cap import NoticeCap
 from serve_app.placement import ON_DEMAND, SPOT, CapacityChooser, CapacityState
 
 logger = logging.getLogger("ray.serve")
+
+ROUTER_DEPLOYMENT = "OpenAIRouter"
 
 CAPACITY_POLL_S = 2.0
 """How often the router re-reads how many replicas each pool has running."""
@@ -41,8 +46,11 @@ class ServePoolClient:
     an on-demand deployment.
     """
 
-    def __init__(self, config: AppConfig, handles: dict[str, DeploymentHandle]) -> None:
+    def __init__(
+        self, config: AppConfig, handles: dict[str, DeploymentHandle], on_attempt: AttemptRecorder | None = None
+    ) -> None:
         self._handles = {name: handle.options(stream=True) for name, handle in handles.items()}
+        self._on_attempt = on_attempt
         self._deployments: dict[tuple[str, str], dict[str, str]] = {}
         self._slots_per_replica: dict[str, int] = {}
         for model in config.models:
@@ -66,13 +74,22 @@ class ServePoolClient:
         names = self._deployments[(model, pool)].values()
         return sum(self._running.get(name, 0) * self._slots_per_replica[name] for name in names)
 
+    def replica_groups(self) -> dict[tuple[str, str, str], int]:
+        """Running replicas by (model, pool, capacity type): what the cost meter bills."""
+        return {
+            (model, pool, side): self._running.get(name, 0)
+            for (model, pool), names in self._deployments.items()
+            for side, name in names.items()
+        }
+
     def running(self, model: str, pool: str) -> dict[str, int]:
         return {side: self._running.get(name, 0) for side, name in self._deployments[(model, pool)].items()}
 
-    def _choose(self, model: str, pool: str, request: GenerationRequest, priority: Priority) -> str:
+    def _choose(self, model: str, pool: str, request: GenerationRequest, priority: Priority) -> tuple[str, str]:
+        """(capacity type, deployment name) for this attempt."""
         names = self._deployments[(model, pool)]
         if len(names) == 1:
-            return next(iter(names.values()))
+            return next(iter(names.items()))
         snapshot = {}
         for side, name in names.items():
             running = self._running.get(name, 0)
@@ -83,20 +100,21 @@ class ServePoolClient:
         budget = min(limits) if limits else None
         if ON_DEMAND in names and (budget is None or budget > self._cap.cap(names[SPOT])):
             order = [side for side in order if side != SPOT]
-        return names[order[0]]
+        return order[0], names[order[0]]
 
     async def stream(
         self, model: str, pool: str, request: GenerationRequest, priority: Priority
     ) -> AsyncIterator[GenerationChunk | EngineError]:
-        name = self._choose(model, pool, request, priority)
+        side, name = self._choose(model, pool, request, priority)
         responses = self._handles[name].stream.remote(request)
         self._in_flight[name] += 1
-        first_token_at, tokens = None, 0
+        first_token_at, tokens, prompt_tokens = None, 0, 0
         try:
             async for chunk in responses:
                 if isinstance(chunk, GenerationChunk) and chunk.num_tokens:
                     first_token_at = first_token_at or time.monotonic()
                     tokens += chunk.num_tokens
+                    prompt_tokens = chunk.prompt_tokens + len(request.continuation)
                 yield chunk
             if first_token_at is not None:
                 self._cap.observe(name, tokens, time.monotonic() - first_token_at)
@@ -114,7 +132,13 @@ class ServePoolClient:
         finally:
             self._in_flight[name] -= 1
             responses.cancel()
+            if self._on_attempt is not None and tokens:
+                requests = 0 if request.continuation else 1  # a resumed attempt is the same request
+                self._on_attempt(model, pool, side, prompt_tokens, tokens, requests)
 
+
+AttemptRecorder = Callable[[str, str, str, int, int, int], None]
+"""(model, pool, capacity type, prompt tokens, output tokens, requests) of one attempt."""
 
 ReplicaCounter = Callable[[], Awaitable[dict[str, int]]]
 """Running replicas by deployment name."""
@@ -141,7 +165,8 @@ class OpenAIRouter:
     ) -> None:
         self._config = config
         self._metrics = RouterMetrics()
-        self._client = ServePoolClient(config, pools)
+        self._cost = CostMeter(config.cost, start=time.time()) if config.cost is not None else None
+        self._client = ServePoolClient(config, pools, self._record_cost)
         self._batcher = LengthBucketBatcher(config, self._client, self._metrics)
         self._count_replicas = count_replicas
         self._poller = asyncio.get_running_loop().create_task(self._poll_capacity())
@@ -164,21 +189,42 @@ class OpenAIRouter:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Queue waits per pool, for the queue-duration autoscaling policy."""
-        stats: dict[str, float] = {}
-        for (model, pool), pool_stats in self._batcher.stats().items():
-            name = pool_deployment_name(model, pool)
-            stats[f"queued:{name}"] = pool_stats.waiting
-            stats[f"in_flight:{name}"] = pool_stats.in_flight
-            for label, value in (("p50", pool_stats.queue_wait_p50_s), ("p90", pool_stats.queue_wait_p90_s)):
-                if value is not None:
-                    stats[f"queue_wait_{label}_s:{name}"] = value
-        return stats
+        return autoscaling_stats({
+            pool_deployment_name(model, pool): PoolQueueStats(
+                queued=stats.waiting,
+                in_flight=stats.in_flight,
+                wait_p50_s=stats.queue_wait_p50_s,
+                wait_p90_s=stats.queue_wait_p90_s,
+                oldest_wait_s=stats.oldest_wait_s,
+                diverted=stats.diverted,
+                slots=stats.capacity,
+            )
+            for (model, pool), stats in self._batcher.stats().items()
+        })
+
+    def cost(self) -> dict:
+        if self._cost is None:
+            raise APIError(404, "cost accounting is off: add a `cost` price table to the config", code="not_configured")
+        return self._cost.report(time.time())
+
+    def _record_cost(
+        self, model: str, pool: str, capacity_type: str, prompt_tokens: int, output_tokens: int, requests: int
+    ) -> None:
+        if self._cost is not None:
+            self._cost.record(model, pool, capacity_type, prompt_tokens, output_tokens, requests)
 
     async def _poll_capacity(self) -> None:
         """Keep each pool's slot count at running replicas x max_ongoing_requests."""
         while True:
             try:
-                self._client.set_running(await self._count_replicas())
+                counts = await self._count_replicas()
+                self._client.set_running(counts)
+                if self._cost is not None:
+                    # Each router replica meters its share of the fleet, as it sees its share of the requests.
+                    routers = max(1, counts.get(ROUTER_DEPLOYMENT, 1))
+                    groups = {group: n / routers for group, n in self._client.replica_groups().items()}
+                    self._cost.sample(time.time(), groups)
+                    self._metrics.cost(self._cost.report(time.time()))
                 for (model, pool), stats in self._batcher.stats().items():
                     self._batcher.set_capacity(model, pool, self._client.slots(model, pool))
                     for capacity_type, running in self._client.running(model, pool).items():

@@ -42,6 +42,13 @@ class RouterMetrics:
             ("model", "bucket", "direction"),
         )
         self.resumed = metrics.Counter("serve_app_streams_resumed_total", "Attempts resuming a started stream.", ("model",))
+        self.cost_total = metrics.Counter(
+            "serve_app_cost_usd_total", "Replica cost metered, USD.", ("model", "capacity_type")
+        )
+        self.cost_per_1k = metrics.Gauge(
+            "serve_app_cost_per_1k_requests_usd", "Cost per 1000 requests so far, USD.", ("model",)
+        )
+        self._cost_seen: dict[tuple[str, str], float] = {}
         self.resent = metrics.Counter("serve_app_requests_resent_total", "Attempts re-sending an unstarted request.", ("model",))
 
     def dispatched(self, model: str, pool: str, wait_s: float) -> None:
@@ -52,6 +59,18 @@ class RouterMetrics:
 
     def pool_replicas(self, model: str, pool: str, capacity_type: str, running: int) -> None:
         self.replicas.set(running, {"model": model, "bucket": pool, "capacity_type": capacity_type})
+
+    def cost(self, report: dict) -> None:
+        """Export a `CostMeter.report()`: the counter grows by what was metered since the last one."""
+        for group in report["groups"]:
+            key = (group["model"], group["capacity_type"])
+            total = sum(g["cost_usd"] for g in report["groups"] if (g["model"], g["capacity_type"]) == key)
+            if total > self._cost_seen.get(key, 0.0):
+                self.cost_total.inc(total - self._cost_seen.get(key, 0.0), dict(zip(("model", "capacity_type"), key)))
+                self._cost_seen[key] = total
+        for model, tally in report["by_model"].items():
+            if tally.get("cost_per_1k_requests_usd") is not None:
+                self.cost_per_1k.set(tally["cost_per_1k_requests_usd"], {"model": model})
 
     def finished(self, record: RequestRecord) -> None:
         tags = {"model": record.model, "bucket": record.bucket}

@@ -70,6 +70,9 @@ class PoolStats:
     queue_wait_p50_s: float | None
     queue_wait_p90_s: float | None
     """None when nothing was dispatched in the last `WAIT_WINDOW_S`."""
+    oldest_wait_s: float | None = None
+    """How long the oldest request still waiting has waited (None: none waits);
+    the percentiles above miss requests that never got a slot."""
     diverted: int = 0
     """Requests sent to the model's fallback in the last `WAIT_WINDOW_S` because
     this pool had no replica: demand that should bring it up."""
@@ -80,6 +83,7 @@ class _Waiter:
     rank: int
     seq: int
     future: asyncio.Future = field(compare=False)
+    since: float = field(default=0.0, compare=False)
 
 
 class PoolQueue:
@@ -124,7 +128,7 @@ class PoolQueue:
         if not self._waiters and self._in_flight < self._capacity:
             self._in_flight += 1
         else:
-            waiter = _Waiter(_RANK[priority], next(self._seq), asyncio.get_running_loop().create_future())
+            waiter = _Waiter(_RANK[priority], next(self._seq), asyncio.get_running_loop().create_future(), start)
             heapq.heappush(self._waiters, waiter)
             try:
                 await waiter.future
@@ -175,5 +179,6 @@ class PoolQueue:
             capacity=self._capacity,
             queue_wait_p50_s=quantile(waits, 0.5) if waits else None,
             queue_wait_p90_s=quantile(waits, 0.9) if waits else None,
+            oldest_wait_s=self._clock() - min(w.since for w in self._waiters) if self._waiters else None,
             diverted=len(self._diverted),
         )

@@ -63,6 +63,10 @@ class ModelBackend(Protocol):
         """Operator view of queues and predictions (`GET /stats`)."""
         ...
 
+    def cost(self) -> dict[str, Any]:
+        """Metered cost, per 1k requests and per 1M output tokens (`GET /v1/cost`)."""
+        ...
+
 
 def request_meta(
     http: Request, request: SamplingFields, generation: GenerationRequest, client: str | None, default: Priority
@@ -152,6 +156,10 @@ class OpenAIServer:
     def stats(self, http: Request) -> dict[str, Any]:
         self.authenticate(http)
         return self._backend.stats()
+
+    def cost(self, http: Request) -> dict[str, Any]:
+        self.authenticate(http)
+        return self._backend.cost()
 
     async def _complete(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult:
         try:
@@ -255,5 +263,6 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
         app.add_api_route(path, server.handler(endpoint), methods=["POST"])
     app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
     app.add_api_route("/stats", server.stats, methods=["GET"])
+    app.add_api_route("/v1/cost", server.cost, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     return app

@@ -10,7 +10,8 @@ from ray.serve import Application
 
 from deployments.llm_server import LLMServer
 from deployments.request_router import ROUTER_CONFIG
-from deployments.router import OpenAIRouter
+from deployments.router import ROUTER_DEPLOYMENT, OpenAIRouter
+from serve_app.autoscaling import router_autoscaling_config
 from serve_app.config import AppConfig, pool_deployment_name
 
 
@@ -30,7 +31,9 @@ def build_from_config(config: AppConfig) -> Application:
                 options = {"request_router_config": ROUTER_CONFIG, **options}
                 deployment = serve.deployment(LLMServer).options(name=name, **options)
                 pools[name] = deployment.bind(model, pool.name, config.preemption)
-    router = serve.deployment(serve.ingress()(OpenAIRouter)).options(
-        name="OpenAIRouter", **config.router.deployment.serve_options()
-    )
+    router_options = config.router.deployment.serve_options()
+    if config.queue_autoscaling and "num_replicas" in router_options:
+        # Serve asks only autoscaling deployments for their stats: a fixed-size "autoscaling" router.
+        router_options["autoscaling_config"] = router_autoscaling_config(router_options.pop("num_replicas"))
+    router = serve.deployment(serve.ingress()(OpenAIRouter)).options(name=ROUTER_DEPLOYMENT, **router_options)
     return router.bind(config, pools)

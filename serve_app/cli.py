@@ -1,5 +1,5 @@
 """`serve-app` command line: validate configs, prepare and quantize the tiny model,
-generate the KubeRay manifests."""
+plan costs, generate the KubeRay manifests."""
 
 from __future__ import annotations
 
@@ -54,11 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     quant = commands.add_parser("quantize-w8a8", help="write an INT8 (W8A8) copy of a prepared checkpoint")
     quant.add_argument("--src", default="models/SmolLM2-135M-Instruct")
     quant.add_argument("--dest", default="models/SmolLM2-135M-Instruct-W8A8")
+    plan = commands.add_parser("plan", help="monthly cost per setup from a benchmark result and prices")
+    plan.add_argument("args", nargs=argparse.REMAINDER, help="see `python -m serve_app.planner --help`")
     kuberay = commands.add_parser("kuberay", help="(re)generate kuberay/manifests from configs/prod.yaml")
     kuberay.add_argument("args", nargs=argparse.REMAINDER, help="see `serve-app kuberay --help`")
     args = parser.parse_args(argv)
     if args.command == "validate":
         return validate(args.paths)
+    if args.command == "plan":
+        from serve_app import planner
+
+        return planner.main(args.args)
     if args.command == "kuberay":
         from serve_app import kuberay_manifests
 

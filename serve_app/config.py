@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from serve_app.autoscaling import APP_POLICY, QueueDurationAppPolicyConfig, pool_autoscaling_config
+from serve_app.cost import PriceTable
 from serve_app.notice_cap import NoticeCapConfig
 from serve_app.placement import CapacitySplit
 from serve_app.preemption import PreemptionConfig
@@ -309,6 +311,14 @@ class AppConfig(StrictModel):
     """How Spot replicas learn of an interruption and drain."""
     notice_cap: NoticeCapConfig = Field(default_factory=NoticeCapConfig)
     """Which requests fit in a Spot notice window (longer ones go on-demand)."""
+    queue_autoscaling: bool = False
+    """Pools with an `autoscaling_config` are scaled on router queue duration by
+    `serve_app.autoscaling:RayAppPolicy`, which the Serve config must name as the
+    application's `autoscaling_policy`: their own Ray delays are zeroed and the
+    router reports its queues (`record_autoscaling_stats`)."""
+    cost: PriceTable | None = None
+    """Instance prices and each model's replica shape: meters replica uptime by
+    capacity type and attributes it to requests (`GET /v1/cost`). None: off."""
 
     @field_validator("models")
     @classmethod
@@ -333,6 +343,17 @@ class AppConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _every_pool_is_priced(self) -> AppConfig:
+        if self.cost is not None:
+            for model in self.models:
+                for pool in model.pools:
+                    try:
+                        self.cost.shape(model.name, pool.name)
+                    except KeyError as exc:
+                        raise ValueError(f"cost: {exc.args[0]}") from None
+        return self
+
+    @model_validator(mode="after")
     def _templates_parse(self) -> AppConfig:
         for name, template in self.templates.items():
             PromptTemplate(name, template)  # raises ValueError naming the template
@@ -344,6 +365,11 @@ class AppConfig(StrictModel):
     def pool_deployments(self, model: ModelConfig, pool: PoolConfig) -> dict[str, dict[str, Any]]:
         """Serve options of each deployment of a pool, by capacity type."""
         options = model.pool_deployment(pool).serve_options()
+        scaling = options.get("autoscaling_config")
+        if self.queue_autoscaling and scaling is not None:
+            options["autoscaling_config"] = pool_autoscaling_config(
+                scaling.get("min_replicas", 1), scaling.get("max_replicas", 1), scaling.get("initial_replicas")
+            )
         if pool.spot_share is None:
             return {ANY_CAPACITY: options}
         sides = CapacitySplit(pool.spot_share).serve_options(options)
@@ -373,7 +399,13 @@ def app_configs(serve_config: dict[str, Any]) -> dict[str, AppConfig]:
     applications = serve_config.get("applications") or []
     if not applications:
         raise ValueError("the Serve config defines no applications")
-    return {
-        app.get("name", "default"): AppConfig.model_validate(app.get("args") or {})
-        for app in applications
-    }
+    configs = {}
+    for app in applications:
+        name = app.get("name", "default")
+        configs[name] = config = AppConfig.model_validate(app.get("args") or {})
+        policy = app.get("autoscaling_policy")
+        if config.queue_autoscaling:
+            if not policy or policy.get("policy_function") != APP_POLICY:
+                raise ValueError(f"app {name!r}: queue_autoscaling needs autoscaling_policy.policy_function {APP_POLICY}")
+            QueueDurationAppPolicyConfig.model_validate(policy.get("policy_kwargs") or {})
+    return configs

@@ -242,3 +242,25 @@ async def test_stats_show_pools_and_learned_classes(stack):
     pool = stats["pools"]["fake-a/default"]
     assert pool["capacity"] == 64 and pool["waiting"] == 0 and pool["queue_wait_p50_s"] is not None
     assert stats["predictor_classes"] == {"chat:2^0": 1}
+
+
+async def test_cost_endpoint_meters_replicas_and_attributes_requests(small_config):
+    from serve_app.cost import PriceTable
+
+    prices = PriceTable.model_validate({"replicas": {
+        name: {"instance_type": "m7i.2xlarge", "vcpus_per_replica": 1} for name in ("fake-a", "fake-b")
+    }})
+    config = small_config.model_copy(update={"cost": prices})
+    engines = {pool_deployment_name(model.name, "default"): FakeEngine() for model in config.models}
+    router = await start_router(config, engines)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=router.__serve_build_asgi_app__()), base_url="http://t") as http:
+        await http.post("/v1/completions", json={"model": "fake-a", "prompt": "a b", "max_tokens": 3})
+        cost = (await http.get("/v1/cost")).json()
+    assert cost["by_model"]["fake-a"]["requests"] == 1 and cost["by_model"]["fake-a"]["output_tokens"] == 3
+    assert cost["replica_hours_by_capacity_type"]["any"] > 0 and "fake-b" in cost["by_model"]
+
+
+async def test_cost_endpoint_says_when_accounting_is_off(stack):
+    _, http, _ = stack
+    response = await http.get("/v1/cost")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_configured"

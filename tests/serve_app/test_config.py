@@ -6,7 +6,7 @@ from serve_app.builder import build_from_config
 from serve_app.config import AppConfig, DeploymentOptions, app_configs, load_serve_config, pool_deployment_name
 from tests.conftest import REPO
 
-CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/prod.yaml"]
+CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/local-offpeak.yaml", "configs/prod.yaml"]
 
 
 def minimal(**model_overrides):
@@ -40,13 +40,37 @@ def test_local_config_runs_the_tiny_model_quantized_on_cpu():
 
 def test_prod_config_is_fp8_on_gpus_with_tensor_parallel_where_needed():
     config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
-    for model in config.models:
+    gpu_models = [model for model in config.models if model.deployment.ray_actor_options.get("num_gpus")
+                  or model.deployment.placement_group_bundles]
+    assert {model.name for model in config.models} - {model.name for model in gpu_models} == {"smollm2-135m-instruct"}
+    for model in gpu_models:
         assert model.engine.quantization == "fp8"
         gpus = model.deployment.ray_actor_options.get("num_gpus", 0) + sum(
             bundle.get("GPU", 0) for bundle in model.deployment.placement_group_bundles or []
         )
         assert gpus == model.engine.tensor_parallel_size
     assert max(model.engine.tensor_parallel_size for model in config.models) > 1
+
+
+def test_queue_autoscaling_needs_the_application_policy():
+    raw = load_serve_config(REPO / "configs/prod.yaml")
+    app = raw["applications"][0]
+    built = build_from_config(app_configs(raw)["llm"])
+    assert built is not None
+    del app["autoscaling_policy"]
+    with pytest.raises(ValueError, match="queue_autoscaling needs autoscaling_policy"):
+        app_configs(raw)
+
+
+def test_queue_autoscaled_pools_leave_delays_to_the_policy():
+    config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
+    model = config.models[0]
+    sides = config.pool_deployments(model, model.pools[0])
+    for side in sides.values():
+        scaling = side["autoscaling_config"]
+        assert scaling["upscale_delay_s"] == scaling["downscale_delay_s"] == 0
+    assert sides["on-demand"]["autoscaling_config"]["min_replicas"] == 1
+    assert sides["spot"]["autoscaling_config"]["max_replicas"] == 5
 
 
 def test_unknown_field_is_named_with_its_path():
