@@ -6,7 +6,7 @@ from serve_app.builder import build_from_config
 from serve_app.config import AppConfig, DeploymentOptions, app_configs, load_serve_config, pool_deployment_name
 from tests.conftest import REPO
 
-CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/local-offpeak.yaml", "configs/prod.yaml"]
+CONFIG_FILES = ["configs/local.yaml", "configs/local-int8.yaml", "configs/local-offpeak.yaml", "configs/local-nobuckets.yaml", "configs/prod.yaml"]
 
 
 def minimal(**model_overrides):
