@@ -25,11 +25,11 @@ import openai
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import TOPICS, percentile, ratios  # noqa: E402
 from serve_app.config import app_configs, load_serve_config  # noqa: E402
 from serve_app.local_servers import LocalServer, ServeRunServer, VLLMServer  # noqa: E402
 
-TOPICS = ["a lighthouse", "a robot chef", "the ocean", "a lost key", "mountains", "a city at night",
-          "an old library", "a dragon", "the moon", "a train journey", "a garden", "winter"]
+RATIO_KEYS = ["output_tok_per_s", "latency_p50_s", "latency_p99_s", "ttft_p50_s", "ttft_p99_s"]
 
 
 @dataclass
@@ -54,14 +54,6 @@ class TargetResult:
     ttft_p50_s: float
     ttft_p99_s: float
     latencies_s: list[float] = field(repr=False)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 async def one_request(client: openai.AsyncOpenAI, model: str, index: int, max_tokens: int) -> RequestSample:
@@ -139,12 +131,6 @@ def measure(server: LocalServer, args: argparse.Namespace) -> TargetResult:
     )
 
 
-def ratios(ours: TargetResult, baseline: TargetResult) -> dict[str, float]:
-    """ours / baseline: >1 is better for throughput, <1 is better for latency."""
-    keys = ["output_tok_per_s", "latency_p50_s", "latency_p99_s", "ttft_p50_s", "ttft_p99_s"]
-    return {key: round(getattr(ours, key) / getattr(baseline, key), 3) for key in keys}
-
-
 def plot(results: list[TargetResult], path: Path, title: str) -> None:
     import matplotlib
 
@@ -194,7 +180,7 @@ def main() -> int:
         "results": [asdict(r) for r in results],
     }
     if len(results) == 2:
-        summary["ratio_app_vs_vllm"] = ratios(results[0], results[1])
+        summary["ratio_app_vs_vllm"] = ratios(asdict(results[0]), asdict(results[1]), RATIO_KEYS)
     out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
