@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from ray.util import metrics
 
 from serve_app.batcher import RequestRecord
@@ -62,12 +64,14 @@ class RouterMetrics:
 
     def cost(self, report: dict) -> None:
         """Export a `CostMeter.report()`: the counter grows by what was metered since the last one."""
+        totals: dict[tuple[str, str], float] = defaultdict(float)
         for group in report["groups"]:
-            key = (group["model"], group["capacity_type"])
-            total = sum(g["cost_usd"] for g in report["groups"] if (g["model"], g["capacity_type"]) == key)
-            if total > self._cost_seen.get(key, 0.0):
-                self.cost_total.inc(total - self._cost_seen.get(key, 0.0), dict(zip(("model", "capacity_type"), key)))
-                self._cost_seen[key] = total
+            totals[(group["model"], group["capacity_type"])] += group["cost_usd"]
+        for (model, capacity_type), total in totals.items():
+            seen = self._cost_seen.get((model, capacity_type), 0.0)
+            if total > seen:
+                self.cost_total.inc(total - seen, {"model": model, "capacity_type": capacity_type})
+                self._cost_seen[(model, capacity_type)] = total
         for model, tally in report["by_model"].items():
             if tally.get("cost_per_1k_requests_usd") is not None:
                 self.cost_per_1k.set(tally["cost_per_1k_requests_usd"], {"model": model})
