@@ -102,7 +102,9 @@ class Outcome:
     index: int
     kind: Kind
     status: str
-    """`ok`, an HTTP status (`429`, `503`, ...), `stream_error`, `connection_error` or `timeout`."""
+    """`ok`, an HTTP status (`429`, `503`, ...), `stream_error` (an SSE error event),
+    `connection_error`, `timeout`, `bad_stream` (a chunk that is not JSON) or
+    `no_usage` (the stream ended without a usage chunk)."""
     sent_s: float
     """When it was sent, seconds after the run started."""
     latency_s: float | None = None
