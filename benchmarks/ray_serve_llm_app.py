@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from serve_app.config import ModelConfig, app_configs, load_serve_config  # noqa: E402
-from serve_app.local_servers import LocalServer  # noqa: E402
+from serve_app.local_servers import LocalServer, local_engine_kwargs  # noqa: E402
 
 
 def first_model(config_path: Path) -> ModelConfig:
@@ -32,7 +32,7 @@ def first_model(config_path: Path) -> ModelConfig:
 def llm_config_kwargs(model: ModelConfig, cwd: Path) -> dict[str, Any]:
     """`LLMConfig` fields for `model`: one replica whose engine gets one CPU bundle,
     the model's engine arguments, and its KV space through the replica's env."""
-    engine = model.engine.engine_kwargs()
+    engine = local_engine_kwargs(model.engine)
     source = engine.pop("model")
     local = cwd / source
     env_vars = {}

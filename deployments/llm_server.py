@@ -11,6 +11,7 @@ from serve_app.preemption import PreemptionConfig
 from serve_app.engine import create_engine
 from serve_app.engine.base import (
     EngineError,
+    EngineInfo,
     EngineRequestError,
     GenerationChunk,
     GenerationRequest,
@@ -50,11 +51,16 @@ class LLMServer:
         self._engine = engine_factory(model.backend, self._engine_config)
         self._in_flight: dict[str, int] = {}
         """Output tokens each running request may still produce (load for routing)."""
-        info = await self._engine.start()
+        self._info = info = await self._engine.start()
         self._max_model_len = info.max_model_len
         self._guard = PreemptionGuard(preemption, node=node_factory())
         self._guard.start()
-        logger.info("model %s pool %s ready (max_model_len=%d)", model.name, pool, info.max_model_len)
+        logger.info("model %s pool %s ready (max_model_len=%d, dtype %s: %s)", model.name, pool,
+                    info.max_model_len, info.dtype, info.dtype_reason)
+
+    def engine_info(self) -> EngineInfo:
+        """What the engine resolved at start (dtype, context length, quantization)."""
+        return self._info
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
         if self._guard.draining:

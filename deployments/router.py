@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from dataclasses import asdict
 from typing import AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI
@@ -33,6 +34,9 @@ ROUTER_DEPLOYMENT = "OpenAIRouter"
 CAPACITY_POLL_S = 2.0
 """How often the router re-reads how many replicas each pool has running."""
 
+ENGINE_INFO_TIMEOUT_S = 5.0
+"""How long `/stats` waits for a replica to say what its engine resolved."""
+
 _RETRYABLE = (RayActorError, BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError)
 
 
@@ -50,6 +54,9 @@ class ServePoolClient:
         self, config: AppConfig, handles: dict[str, DeploymentHandle], on_attempt: AttemptRecorder | None = None
     ) -> None:
         self._handles = {name: handle.options(stream=True) for name, handle in handles.items()}
+        self._info_handles = handles
+        self.engine_info: dict[str, dict] = {}
+        """Per deployment: what its engine resolved at start (`EngineInfo`)."""
         self._on_attempt = on_attempt
         self._deployments: dict[tuple[str, str], dict[str, str]] = {}
         self._slots_per_replica: dict[str, int] = {}
@@ -81,6 +88,21 @@ class ServePoolClient:
             for (model, pool), names in self._deployments.items()
             for side, name in names.items()
         }
+
+    def pool_engine_info(self, model: str, pool: str) -> dict[str, dict]:
+        """Engine info of a pool's deployments by capacity type (those known so far)."""
+        names = self._deployments[(model, pool)]
+        return {side: self.engine_info[name] for side, name in names.items() if name in self.engine_info}
+
+    async def refresh_engine_info(self) -> None:
+        """Ask one replica of each running deployment what its engine resolved, once."""
+        for name, handle in self._info_handles.items():
+            if name not in self.engine_info and self._running.get(name, 0) > 0:
+                try:
+                    async with asyncio.timeout(ENGINE_INFO_TIMEOUT_S):
+                        self.engine_info[name] = asdict(await handle.engine_info.remote())
+                except Exception as exc:  # shown as missing; asked again next time
+                    logger.warning("engine info of %s unavailable: %s", name, type(exc).__name__)
 
     def running(self, model: str, pool: str) -> dict[str, int]:
         return {side: self._running.get(name, 0) for side, name in self._deployments[(model, pool)].items()}
@@ -180,9 +202,11 @@ class OpenAIRouter:
     def stream(self, model: str, request: GenerationRequest, meta: RequestMeta) -> AsyncIterator[GenerationChunk | EngineError]:
         return self._batcher.stream(model, request, meta)
 
-    def stats(self) -> dict:
+    async def stats(self) -> dict:
+        await self._client.refresh_engine_info()
         pools = {
-            f"{model}/{pool}": {**vars(stats), "replicas": self._client.running(model, pool)}
+            f"{model}/{pool}": {**vars(stats), "replicas": self._client.running(model, pool),
+                                "engines": self._client.pool_engine_info(model, pool)}
             for (model, pool), stats in self._batcher.stats().items()
         }
         return {"pools": pools, "predictor_classes": self._batcher.predictor_classes(), "moves": self._batcher.moves()}

@@ -59,7 +59,7 @@ class ModelBackend(Protocol):
     ) -> AsyncIterator[GenerationChunk | EngineError]:
         ...
 
-    def stats(self) -> dict[str, Any]:
+    async def stats(self) -> dict[str, Any]:
         """Operator view of queues and predictions (`GET /stats`)."""
         ...
 
@@ -153,9 +153,9 @@ class OpenAIServer:
             )
         return requested
 
-    def stats(self, http: Request) -> dict[str, Any]:
+    async def stats(self, http: Request) -> dict[str, Any]:
         self.authenticate(http)
-        return self._backend.stats()
+        return await self._backend.stats()
 
     def cost(self, http: Request) -> dict[str, Any]:
         self.authenticate(http)

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from serve_app.config import EngineConfig, ModelConfig, app_configs
+from serve_app.engine.cpu_dtype import cpu_flags, resolve_cpu_dtype
 
 
 def free_port() -> int:
@@ -124,10 +125,21 @@ class ServeRunServer(LocalServer):
         return [_venv_binary("serve"), "run", "-a", "local", str(self.config_path)]
 
 
+def local_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
+    """`engine.engine_kwargs()` with the dtype this app's replica would resolve on
+    this machine, so baselines run in the same dtype (see `serve_app.engine.cpu_dtype`)."""
+    from vllm.platforms import current_platform
+
+    kwargs = engine.engine_kwargs()
+    if current_platform.is_cpu():
+        kwargs["dtype"] = resolve_cpu_dtype(engine.dtype, cpu_flags()).dtype
+    return kwargs
+
+
 def vllm_server_args(engine: EngineConfig) -> list[str]:
     """`vllm serve` flags for the same engine settings an `EngineConfig` gives."""
     args: list[str] = []
-    for key, value in engine.engine_kwargs().items():
+    for key, value in local_engine_kwargs(engine).items():
         if key == "model":
             continue
         flag = "--" + key.replace("_", "-")

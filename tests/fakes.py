@@ -8,6 +8,7 @@ outputs and token counts are predictable.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 import time
@@ -82,7 +83,14 @@ class _Method:
 
     def remote(self, *args):
         call = getattr(self._target, self._name)(*args)
-        return _Generator(call) if self._stream else call
+        if self._stream:
+            return _Generator(call)
+        return call if inspect.isawaitable(call) else _resolved(call)
+
+
+async def _resolved(value):
+    """A sync method's result, awaitable as a `DeploymentResponse` is."""
+    return value
 
 
 class _Generator:

@@ -103,7 +103,15 @@ class EngineRequestError(Exception):
 
 @dataclass(frozen=True)
 class EngineInfo:
+    """What a started engine reports about itself (shown on `/stats`)."""
+
     max_model_len: int
+    dtype: str = "unknown"
+    """The dtype it computes in, as the engine resolved it."""
+    dtype_reason: str = ""
+    """Why that dtype (e.g. `auto: no native bf16 on this CPU`)."""
+    quantization: str | None = None
+    """The quantization method the engine applies, if any."""
 
 
 class LLMEngine(abc.ABC):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, AsyncIterator
 
 from serve_app.config import EngineConfig
+from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
 from serve_app.engine.base import (
     EngineInfo,
     GenerationChunk,
@@ -13,6 +15,8 @@ from serve_app.engine.base import (
     LLMEngine,
     attempt_budget,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class VLLMEngine(LLMEngine):
@@ -27,13 +31,23 @@ class VLLMEngine(LLMEngine):
             # Read by the engine-core process vLLM spawns, so set it before.
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(self._config.cpu_kv_cache_gib)
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**self._config.engine_kwargs(), disable_log_stats=True)
+        kwargs = self._config.engine_kwargs()
+        resolved = ResolvedDtype(self._config.dtype, "configured")
+        if current_platform.is_cpu():
+            resolved = resolve_cpu_dtype(self._config.dtype, cpu_flags())
+            kwargs["dtype"] = resolved.dtype
+        args = AsyncEngineArgs(**kwargs, disable_log_stats=True)
         self._engine = AsyncLLM.from_engine_args(args)
         self._tokenizer = self._engine.get_tokenizer()
-        self._max_model_len = self._engine.model_config.max_model_len
-        return EngineInfo(max_model_len=self._max_model_len)
+        model_config = self._engine.model_config
+        self._max_model_len = model_config.max_model_len
+        dtype = str(model_config.dtype).removeprefix("torch.")
+        logger.info("engine %s runs in %s (%s)", self._config.model, dtype, resolved.reason)
+        return EngineInfo(max_model_len=self._max_model_len, dtype=dtype, dtype_reason=resolved.reason,
+                          quantization=model_config.quantization)
 
     def _prompt_token_ids(self, request: GenerationRequest) -> list[int]:
         if request.messages is None:
