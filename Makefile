@@ -17,7 +17,7 @@ test: setup
 	$(PY) -m pytest -v tests
 
 test-unit: setup
-	$(PY) -m pytest -v -m "not e2e and not slow" tests
+	$(PY) -m pytest -v -m "not e2e and not slow and not cluster" tests
 
 validate: setup
 	$(PY) -m serve_app.cli validate configs/local.yaml configs/prod.yaml

@@ -8,7 +8,7 @@ pool modelled per second: each replica runs `slots` requests at once, each for
 `service_s`; requests wait FIFO for a slot; a new replica serves `startup_s`
 after it is asked for; a removed one finishes its requests (and is billed) first.
 The pool is sized by
-- `queue-duration`: `serve_app.autoscaling.QueueDurationPolicy` on the p90 wait
+- `queue-duration`: `serve_app.autoscaling.policy.QueueDurationPolicy` on the p90 wait
   of the last `signal_window_s` (raised to the oldest waiting request's age);
 - `ray-stock`: Ray Serve's own `replica_queue_length_autoscaling_policy`, the real
   function, called with `AutoscalingContext`s built here, then Ray's scaling
@@ -44,9 +44,14 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from serve_app.autoscaling import PoolSnapshot, QueueDurationAutoscaling, QueueDurationPolicy, ScalingState  # noqa: E402
-from serve_app.cost import CostMeter, PriceTable, ReplicaShape  # noqa: E402
-from serve_app.planner import DIURNAL_SHAPE  # noqa: E402
+from serve_app.autoscaling.policy import PoolSnapshot, QueueDurationPolicy, ScalingState  # noqa: E402
+from serve_app.config import (  # noqa: E402
+    PriceTable,
+    QueueDurationAutoscaling,  # noqa: E402
+    ReplicaShape,
+)
+from serve_app.cost.meter import CostMeter  # noqa: E402
+from serve_app.tools.planner import DIURNAL_SHAPE  # noqa: E402
 
 DAY_S = 86_400
 GROUP = ("sim-model", "default", "on-demand")

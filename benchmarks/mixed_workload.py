@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import percentile  # noqa: E402
 from benchmarks.ray_serve_llm_app import RayServeLLMServer  # noqa: E402
+from benchmarks.servers import LocalServer, ServeRunServer, VLLMServer  # noqa: E402
 from benchmarks.workload import (  # noqa: E402
     ClassStats,
     Outcome,
@@ -49,7 +50,6 @@ from benchmarks.workload import (  # noqa: E402
     stats_by_class,
 )
 from serve_app.config import AppConfig, app_configs, load_serve_config  # noqa: E402
-from serve_app.local_servers import LocalServer, ServeRunServer, VLLMServer  # noqa: E402
 
 SYSTEMS = ("app", "nobuckets", "vllm", "rayllm")
 BASELINE = "vllm"
@@ -195,7 +195,7 @@ def measure(name: str, server: LocalServer, plan: list[PlannedRequest], args: ar
         stop_s = time.monotonic() - stopping
     # How late the client sent requests: large values mean it was starved of CPU
     # and its timings are not the server's.
-    lags = [o.sent_s - p.arrival_s for o, p in zip(outcomes, plan)] if concurrency is None else [0.0]
+    lags = [o.sent_s - p.arrival_s for o, p in zip(outcomes, plan, strict=True)] if concurrency is None else [0.0]
     print(f"[{name}] done in {wall:.0f}s, stopped in {stop_s:.0f}s; send lag max {max(lags):.2f}s", flush=True)
     return {"startup_s": round(startup, 1), "stop_s": round(stop_s, 1), "wall_s": round(wall, 2),
             "send_lag_p99_s": round(percentile(lags, 99), 3), "send_lag_max_s": round(max(lags), 3),
@@ -247,7 +247,7 @@ def plot(systems: dict[str, dict[str, Any]], path: Path, title: str) -> None:
               ("short", "ttft_p99_s", "short requests: p99 TTFT (s)"),
               ("all", "output_tok_per_s", "total output tokens/s (higher is better)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
-    for ax, (kind, metric, label) in zip(axes, panels):
+    for ax, (kind, metric, label) in zip(axes, panels, strict=True):
         values = [getattr(systems[name]["classes"][kind], metric) or 0.0 for name in names]
         bars = ax.bar(names, values, color=[COLORS[name] for name in names])
         ax.bar_label(bars, fmt="%.0f" if kind == "all" else "%.2f")

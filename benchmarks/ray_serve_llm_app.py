@@ -21,8 +21,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.servers import LocalServer, local_engine_kwargs  # noqa: E402
 from serve_app.config import ModelConfig, app_configs, load_serve_config  # noqa: E402
-from serve_app.local_servers import LocalServer, local_engine_kwargs  # noqa: E402
 
 
 def first_model(config_path: Path) -> ModelConfig:

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import TOPICS, percentile, ratios  # noqa: E402
+from benchmarks.servers import LocalServer, ServeRunServer, VLLMServer  # noqa: E402
 from serve_app.config import app_configs, load_serve_config  # noqa: E402
-from serve_app.local_servers import LocalServer, ServeRunServer, VLLMServer  # noqa: E402
 
 RATIO_KEYS = ["output_tok_per_s", "latency_p50_s", "latency_p99_s", "ttft_p50_s", "ttft_p99_s"]
 

@@ -1,13 +1,11 @@
-"""The LLM replica: one engine, served to the router over Serve handles."""
+"""The LLM replica: one engine, served to the ingress over Serve handles."""
 
 from __future__ import annotations
 
-import logging
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from deployments.preemption_guard import Node, PreemptionGuard, RayNode
-from serve_app.config import EngineConfig, ModelConfig
-from serve_app.preemption import PreemptionConfig
+from serve_app.config import EngineConfig, ModelConfig, PreemptionConfig
 from serve_app.engine import create_engine
 from serve_app.engine.base import (
     EngineError,
@@ -18,23 +16,24 @@ from serve_app.engine.base import (
     LLMEngine,
 )
 from serve_app.engine.coalesce import coalesce
+from serve_app.logs import logger_for
 
-logger = logging.getLogger("ray.serve")
+logger = logger_for(__name__)
 
 EngineFactory = Callable[[str, EngineConfig], LLMEngine]
 
 DRAINING = EngineError(
-    "this replica's node is being preempted; the router retries elsewhere", status=503, code="replica_draining"
+    "this replica's node is being preempted; the ingress retries elsewhere", status=503, code="replica_draining"
 )
 
 
 class LLMServer:
-    """Starts one pool's engine at replica start; streams generations to the router.
+    """Starts one pool's engine at replica start; streams generations to the ingress.
 
     Refusals (bad sampling, prompt too long) come back as `EngineError` values so
-    the router can answer with the right status without unpickling exceptions.
+    the ingress can answer with the right status without unpickling exceptions.
     On a Spot notice its `PreemptionGuard` drains the node; from then on new
-    requests are refused with `replica_draining` (the router retries them
+    requests are refused with `replica_draining` (the ingress retries them
     elsewhere) while running ones finish.
     """
 
@@ -47,7 +46,7 @@ class LLMServer:
         node_factory: Callable[[], Node] = RayNode,
     ) -> None:
         self._model = model
-        self._engine_config = model.pool_engine(next(p for p in model.pools if p.name == pool))
+        self._engine_config = model.pool_engine(model.pool(pool))
         self._engine = engine_factory(model.backend, self._engine_config)
         self._in_flight: dict[str, int] = {}
         """Output tokens each running request may still produce (load for routing)."""
@@ -79,7 +78,7 @@ class LLMServer:
             self._in_flight.pop(request.request_id, None)
 
     def record_routing_stats(self) -> dict[str, float]:
-        """Load the request router balances on: running requests and their token debt."""
+        """Load Serve's request router balances on: running requests and their token debt."""
         return {"in_flight": len(self._in_flight), "in_flight_tokens": sum(self._in_flight.values())}
 
     async def check_health(self) -> None:
@@ -88,6 +87,10 @@ class LLMServer:
         await self._engine.check_health()
 
     def __del__(self) -> None:
+        """Serve's graceful shutdown: stop watching for notices, release the engine's processes."""
+        guard = getattr(self, "_guard", None)
+        if guard is not None:
+            guard.stop()
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.shutdown()

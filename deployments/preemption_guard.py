@@ -12,19 +12,21 @@ starts replacements elsewhere before it stops the replicas there, and counts
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import ray
-from ray.core.generated import autoscaler_pb2
 from ray.util.metrics import Counter
 
-from serve_app.placement import MARKET_TYPE_LABEL, SPOT
-from serve_app.preemption import ImdsSource, PreemptionConfig, PreemptionNotice, PreemptionWatcher
+from deployments.ray_private import drain_node_for_preemption, draining_nodes
+from serve_app.capacity import MARKET_TYPE_LABEL, SPOT
+from serve_app.capacity.preemption import ImdsSource, PreemptionNotice, PreemptionWatcher
+from serve_app.config import PreemptionConfig
+from serve_app.logs import logger_for
 
-logger = logging.getLogger("ray.serve")
+logger = logger_for(__name__)
 
 GCS_TIMEOUT_S = 5.0
 
@@ -47,24 +49,17 @@ class RayNode:
         context = ray.get_runtime_context()
         self.node_id: str = context.get_node_id()
         self.labels: dict[str, str] = dict(context.get_node_labels())
-        self._gcs = ray._private.worker.global_worker.gcs_client
 
     def drain(self, deadline: float, message: str) -> None:
         """Mark the node draining until `deadline` (Unix s). PREEMPTION drains are
         never rejected; the raylet stops taking new work and Serve migrates."""
-        accepted, reason = self._gcs.drain_node(
-            self.node_id,  # hex: the GCS parses it with NodeID.FromHex
-            autoscaler_pb2.DrainNodeReason.DRAIN_NODE_REASON_PREEMPTION,
-            message,
-            int(deadline * 1000),
-            timeout=GCS_TIMEOUT_S,
-        )
+        accepted, reason = drain_node_for_preemption(self.node_id, int(deadline * 1000), message, GCS_TIMEOUT_S)
         if not accepted:
             raise RuntimeError(f"GCS refused to drain node {self.node_id}: {reason}")
 
     def draining_deadline_ms(self) -> int | None:
         """None while the node is not draining; else its deadline in ms (0: none)."""
-        return self._gcs.get_draining_nodes(timeout=GCS_TIMEOUT_S).get(self.node_id)
+        return draining_nodes(GCS_TIMEOUT_S).get(self.node_id)
 
 
 class DrainSource:
@@ -82,9 +77,6 @@ class DrainSource:
             return None
         deadline = deadline_ms / 1000 if deadline_ms else time.time() + self._default_window_s
         return PreemptionNotice(action="terminate", deadline=deadline, source="drain")
-
-    async def close(self) -> None:
-        return None
 
 
 class PreemptionGuard:
@@ -138,11 +130,10 @@ class PreemptionGuard:
         self._watcher.start()
         return True
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
+        """Stop watching (the replica is shutting down); a drain already asked for stands."""
         if self._watcher is not None:
-            await self._watcher.stop()
-        if self._drain_task is not None:
-            await self._drain_task
+            self._watcher.stop()
 
     @property
     def notice(self) -> PreemptionNotice | None:

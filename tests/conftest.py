@@ -23,6 +23,6 @@ def small_config() -> AppConfig:
                 "capital": {"prompt": "What is the capital of {country}?"},
                 "summarize": {"system": "Be brief about {topic}.", "prompt": "Summarize: {text}"},
             },
-            "router": {"max_body_bytes": 4096, "gzip_min_bytes": 300, "request_timeout_s": 5},
+            "ingress": {"max_body_bytes": 4096, "gzip_min_bytes": 300, "request_timeout_s": 5},
         }
     )

@@ -12,12 +12,12 @@ import inspect
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import AsyncIterator
 
-from serve_app.placement import MARKET_TYPE_LABEL, ON_DEMAND
-from serve_app.preemption import INSTANCE_ACTION_PATH, TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER
+from serve_app.capacity import MARKET_TYPE_LABEL, ON_DEMAND
+from serve_app.capacity.preemption import INSTANCE_ACTION_PATH, TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER
 from serve_app.engine.base import (
     EngineInfo,
     GenerationChunk,
@@ -76,6 +76,9 @@ class FakeEngine(LLMEngine):
     async def check_health(self) -> None:
         return None
 
+    def shutdown(self) -> None:
+        return None
+
 
 class _Method:
     def __init__(self, target, name: str, stream: bool) -> None:
@@ -113,7 +116,7 @@ class FakeHandle:
     def __init__(self, target, stream: bool = False) -> None:
         self._target, self._stream = target, stream
 
-    def options(self, stream: bool = False) -> "FakeHandle":
+    def options(self, stream: bool = False) -> FakeHandle:
         return FakeHandle(self._target, stream)
 
     def __getattr__(self, name: str) -> _Method:
@@ -124,7 +127,7 @@ async def start_llm_server(model, engine: LLMEngine, pool: str = "default", pree
     """Construct an `LLMServer` the way Serve does (its `__init__` is async), on
     an on-demand `FakeNode` unless told otherwise."""
     from deployments.llm_server import LLMServer
-    from serve_app.preemption import PreemptionConfig
+    from serve_app.capacity.preemption import PreemptionConfig
 
     server = LLMServer.__new__(LLMServer)
     node = node or FakeNode(ON_DEMAND)
@@ -134,25 +137,25 @@ async def start_llm_server(model, engine: LLMEngine, pool: str = "default", pree
     return server
 
 
-async def start_router(config, engines: dict[str, LLMEngine]):
-    """The real `OpenAIRouter` over in-process `LLMServer`s, one per pool
+async def start_ingress(config, engines: dict[str, LLMEngine]):
+    """The real `OpenAIIngress` over in-process `LLMServer`s, one per pool
     deployment (`engines` by deployment name), each counted as one replica."""
-    from deployments.router import OpenAIRouter
-    from serve_app.config import pool_deployment_name
+    from deployments.ingress import OpenAIIngress
+    from serve_app.topology import deployment_name
 
     handles = {}
     for model in config.models:
         for pool in model.pools:
-            name = pool_deployment_name(model.name, pool.name)
+            name = deployment_name(model.name, pool.name)
             handles[name] = FakeHandle(await start_llm_server(model, engines[name], pool.name))
 
     async def one_replica_each() -> dict[str, int]:
         return {name: 1 for name in handles}
 
-    router = OpenAIRouter.__new__(OpenAIRouter)
-    await router.__init__(config, handles, count_replicas=one_replica_each)
+    ingress = OpenAIIngress.__new__(OpenAIIngress)
+    await ingress.__init__(config, handles, count_replicas=one_replica_each)
     await asyncio.sleep(0)  # let the capacity poll run once
-    return router
+    return ingress
 
 
 class FakeNode:
@@ -215,10 +218,40 @@ class FakeImds:
 
     def announce(self, in_s: float, action: str = "terminate") -> float:
         """Post a notice due `in_s` from now (whole seconds, as IMDS gives); its deadline."""
-        deadline = datetime.fromtimestamp(int(time.time() + in_s), tz=timezone.utc)
+        deadline = datetime.fromtimestamp(int(time.time() + in_s), tz=UTC)
         self.notice = {"action": action, "time": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
         return deadline.timestamp()
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class FailingHandle:
+    """A `DeploymentHandle` whose every call fails with `exc` (counted in `calls`)."""
+
+    def __init__(self, exc: Exception) -> None:
+        self._exc = exc
+        self.calls = 0
+
+    def options(self, stream: bool = False):
+        return self
+
+    def __getattr__(self, name):
+        return self
+
+    def remote(self, *args):
+        self.calls += 1
+        exc = self._exc
+
+        class Failing:
+            def __aiter__(self):
+                return self
+
+            async def __anext__(self):
+                raise exc
+
+            def cancel(self):
+                pass
+
+        return Failing()

@@ -8,8 +8,8 @@ context-length checks happen where the tokenizer lives.
 from __future__ import annotations
 
 import abc
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class GenerationRequest:
     re-bucket). `sampling.max_tokens` then counts the new tokens only."""
     stop_after: int | None = None
     """Stop after this many new tokens (finish reason `length`) even if
-    `max_tokens` allows more: the bucket edge, after which the router continues
+    `max_tokens` allows more: the bucket edge, after which the ingress continues
     the request elsewhere. `max_tokens` is still checked against the context."""
     priority: int = 0
     """Engine scheduling priority, lower first (0 realtime, 1 batch); used when
@@ -90,7 +90,6 @@ class EngineError:
     status: int = 400
     param: str | None = None
     code: str | None = None
-    type: str = "invalid_request_error"
 
 
 class EngineRequestError(Exception):
@@ -126,16 +125,11 @@ class LLMEngine(abc.ABC):
         """Yield output as it is produced. Raises `EngineRequestError` before the
         first chunk when the request cannot be served (e.g. prompt too long)."""
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        result = GenerationResult()
-        async for chunk in self.stream(request):
-            result.add(chunk)
-        return result
-
     @abc.abstractmethod
     async def check_health(self) -> None:
         """Raise if the engine can no longer serve."""
 
+    @abc.abstractmethod
     def shutdown(self) -> None:
         """Release the engine's processes and memory."""
 

@@ -1,6 +1,6 @@
 """Merge engine output steps into fewer, larger stream chunks.
 
-Every chunk a replica yields costs a Ray round trip to the router and an SSE
+Every chunk a replica yields costs a Ray round trip to the ingress and an SSE
 event to the proxy; at decode speed that overhead competes with the engine for
 the same cores. The first chunk goes out at once (time to first token); later
 ones are gathered for up to `interval_s` and sent as one.
@@ -9,7 +9,7 @@ ones are gathered for up to `interval_s` and sent as one.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from serve_app.engine.base import GenerationChunk
 

@@ -10,11 +10,12 @@ on the machine the engine runs on, from the CPU's own feature flags.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from serve_app.logs import logger_for
+
+logger = logger_for(__name__)
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """CPU feature flags (as /proc/cpuinfo names them) that mean native bfloat16

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import os
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from serve_app.config import EngineConfig
-from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
 from serve_app.engine.base import (
     EngineInfo,
     GenerationChunk,
@@ -15,8 +14,10 @@ from serve_app.engine.base import (
     LLMEngine,
     attempt_budget,
 )
+from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
+from serve_app.logs import logger_for
 
-logger = logging.getLogger(__name__)
+logger = logger_for(__name__)
 
 
 class VLLMEngine(LLMEngine):

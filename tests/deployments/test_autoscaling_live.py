@@ -19,13 +19,11 @@ from ray import serve
 from ray.serve._private.api import serve_start
 from ray.serve.schema import ServeDeploySchema
 
-from serve_app.autoscaling import (
-    APP_POLICY,
-    PoolQueueStats,
-    autoscaling_stats,
-    pool_autoscaling_config,
-    router_autoscaling_config,
-)
+from serve_app.autoscaling.contract import PoolQueueStats, autoscaling_stats
+from serve_app.config import APP_POLICY
+from serve_app.topology import INGRESS_DEPLOYMENT, ingress_autoscaling_config, pool_autoscaling_config
+
+pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 APP_NAME = "autoscaling-live"
@@ -33,7 +31,7 @@ POOL = "LLMServer-fake-short"
 
 
 @serve.deployment
-class FakeRouter:
+class FakeIngress:
     """Reports whatever queue the test sets for the pool."""
 
     def __init__(self, pool) -> None:
@@ -54,9 +52,9 @@ class FakePool:
 
 def build_app(args: dict):
     pool = FakePool.options(name=POOL, autoscaling_config=pool_autoscaling_config(0, 2, initial_replicas=0))
-    router = FakeRouter.options(name="OpenAIRouter", ray_actor_options={"num_cpus": 0},
-                                autoscaling_config=router_autoscaling_config(1, report_interval_s=0.2))
-    return router.bind(pool.bind())
+    ingress = FakeIngress.options(name=INGRESS_DEPLOYMENT, ray_actor_options={"num_cpus": 0},
+                                autoscaling_config=ingress_autoscaling_config(1, report_interval_s=0.2))
+    return ingress.bind(pool.bind())
 
 
 def running_replicas(deployment: str) -> int:

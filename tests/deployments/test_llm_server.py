@@ -1,6 +1,6 @@
+from deployments.llm_server import DRAINING
 from serve_app.config import ModelConfig
 from serve_app.engine.base import EngineError, GenerationRequest, SamplingOptions
-from deployments.llm_server import DRAINING
 from tests.fakes import FakeEngine, start_llm_server
 
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
@@ -53,8 +53,8 @@ async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work()
 
     import pytest
 
-    from serve_app.placement import SPOT
-    from serve_app.preemption import PreemptionConfig
+    from serve_app.capacity import SPOT
+    from serve_app.capacity.preemption import PreemptionConfig
     from tests.fakes import FakeImds, FakeNode
 
     imds, node = FakeImds(), FakeNode(SPOT)

@@ -13,8 +13,9 @@ from ray import serve
 from ray.cluster_utils import Cluster
 
 from deployments.preemption_guard import PreemptionGuard
-from serve_app.placement import MARKET_TYPE_LABEL, ON_DEMAND, SPOT, CapacitySplit
-from serve_app.preemption import PreemptionConfig
+from serve_app.capacity import MARKET_TYPE_LABEL, ON_DEMAND, SPOT
+from serve_app.capacity.preemption import PreemptionConfig
+from serve_app.capacity.split import CapacitySplit
 from tests.fakes import FakeImds, FakeNode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ async def test_on_demand_node_is_not_watched_unless_forced(imds):
                              counter=FakeCounter())
     off = PreemptionGuard(fast_config(imds.url, enabled=False), node=FakeNode(SPOT), counter=FakeCounter())
     assert (idle.start(), forced.start(), off.start()) == (False, True, False)
-    await forced.stop()
+    forced.stop()
     assert not idle.draining and idle.healthy()
 
 
@@ -64,7 +65,7 @@ async def test_imds_notice_drains_the_node_and_counts_once(imds):
     assert not guard.draining and node.drains == [] and guard.healthy()
     deadline = imds.announce(in_s=120)
     await eventually(lambda: node.drains)
-    await guard.stop()
+    guard.stop()
     assert guard.draining and counter.value == 1 and seen == [guard.notice]
     assert node.drains[0][0] == deadline and "terminate" in node.drains[0][1]
 
@@ -77,7 +78,7 @@ async def test_health_holds_while_work_is_in_flight_until_the_margin(imds):
         await eventually(lambda: guard.draining)
         assert guard.healthy(), "in-flight work keeps the replica healthy"
     assert not guard.healthy(), "idle and draining: unhealthy"
-    await guard.stop()
+    guard.stop()
 
     near = PreemptionGuard(fast_config(imds.url), node=FakeNode(SPOT), counter=FakeCounter())
     near.start()
@@ -85,7 +86,7 @@ async def test_health_holds_while_work_is_in_flight_until_the_margin(imds):
     with near.track():
         await eventually(lambda: near.draining)
         assert not near.healthy(), "deadline near: unhealthy even with work in flight"
-    await near.stop()
+    near.stop()
 
 
 async def test_a_drain_started_elsewhere_is_a_notice_without_a_second_drain(imds):
@@ -94,7 +95,7 @@ async def test_a_drain_started_elsewhere_is_a_notice_without_a_second_drain(imds
     guard.start()
     node.deadline_ms = int((time.time() + 30) * 1000)  # e.g. Ray draining the node on SIGTERM
     await eventually(lambda: guard.draining)
-    await guard.stop()
+    guard.stop()
     assert guard.notice.source == "drain" and guard.notice.deadline == node.deadline_ms / 1000
     assert node.drains == [] and counter.value == 1
 
@@ -138,6 +139,7 @@ def cluster():
             ray_cluster.shutdown()
 
 
+@pytest.mark.cluster
 def test_notice_drains_the_spot_node_and_serve_moves_the_replica(cluster, imds):
     options = CapacitySplit(spot_share=1.0).serve_options(
         {"num_replicas": 1, "ray_actor_options": {"num_cpus": 1},

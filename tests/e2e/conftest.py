@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from serve_app.local_servers import ServeRunServer
+from benchmarks.servers import ServeRunServer
 from tests.conftest import REPO
 
 

@@ -1,6 +1,6 @@
 """Off-peak on the real tiny model: `serve run configs/local-offpeak.yaml`.
 
-The big pool starts at zero and follows the router's queue duration
+The big pool starts at zero and follows the ingress's queue duration
 (application-level policy); realtime requests are answered by the tiny tier
 meanwhile, queued batch demand brings a big replica up, traffic moves back to
 it, and after idling it returns to zero.
@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from serve_app.local_servers import ServeRunServer
+from benchmarks.servers import ServeRunServer
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -1,11 +1,11 @@
 """Spot nodes die under load; nothing is lost (real tiny model, multi-node Ray).
 
 A local `ray.cluster_utils.Cluster` stands in for the node groups: a head
-(router, proxy, controller), one on-demand node and two Spot nodes labelled
+(ingress, proxy, controller), one on-demand node and two Spot nodes labelled
 `ray.io/market-type`. One pool with `spot_share` runs one on-demand and two
 Spot replicas. Batch streams (which prefer Spot) run while Spot nodes are
 removed as a preemption would; every stream must finish with the text of an
-uninterrupted greedy run: the router re-sends what had not started and resumes
+uninterrupted greedy run: the ingress re-sends what had not started and resumes
 what had from the tokens already sent.
 """
 
@@ -21,10 +21,10 @@ import ray
 from ray import serve
 from ray.cluster_utils import Cluster
 
-from serve_app.builder import build_from_config
+from benchmarks.servers import free_port
+from serve_app.app import build_from_config
+from serve_app.capacity import MARKET_TYPE_LABEL, ON_DEMAND, SPOT
 from serve_app.config import AppConfig
-from serve_app.local_servers import free_port
-from serve_app.placement import MARKET_TYPE_LABEL, ON_DEMAND, SPOT
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -60,10 +60,10 @@ def app_config() -> AppConfig:
                 },
             }],
         }],
-        "router": {
+        "ingress": {
             "retry_backoff_s": 0.5,
             "max_attempts": 5,
-            # as in prod.yaml: the router never sits on a node that can vanish
+            # as in prod.yaml: the ingress never sits on a node that can vanish
             "deployment": {"ray_actor_options": {"num_cpus": 0, "label_selector": {MARKET_TYPE_LABEL: ON_DEMAND}}},
         },
         # Removed nodes give no notice; point IMDS at a closed port so polls fail fast.
@@ -148,7 +148,7 @@ def report(case: str, results, reference, before: dict, after: dict) -> dict:
         "sent": len(results),
         "succeeded": sum(1 for text, tokens, error in results if error is None and tokens == MAX_TOKENS),
         "failed": sum(1 for _, _, error in results if error is not None),
-        "differs_from_uninterrupted": sum(1 for (text, _, _), ref in zip(results, reference) if text != ref),
+        "differs_from_uninterrupted": sum(1 for (text, _, _), ref in zip(results, reference, strict=True) if text != ref),
         "streams_resumed": after.get("resumed", 0) - before.get("resumed", 0),
         "requests_resent": after.get("resent", 0) - before.get("resent", 0),
     }

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from ray import serve
 from ray.serve.schema import ServeDeploySchema
 
-from serve_app.builder import build_from_config
+from serve_app.app import build_from_config
 from serve_app.config import AppConfig, app_configs, load_serve_config
-from serve_app.kuberay_manifests import (
+from serve_app.tools.kuberay.render import (
     MARKET_LABEL,
     SPOT_TAINT,
     ClusterSpec,
@@ -327,7 +327,7 @@ def test_gcs_redis_is_the_redis_of_the_manifests_and_no_secret_value_is_in_git()
 def test_api_keys_reach_every_ray_container_from_the_secret():
     apps = {"llm": AppConfig.model_validate({
         "models": [{"name": "m", "engine": {"model": "unused"}}],
-        "router": {"api_keys": [{"name": "team-a", "env": "TEAM_A_KEY"}, {"name": "ci", "sha256": "0" * 64}]},
+        "ingress": {"api_keys": [{"name": "team-a", "env": "TEAM_A_KEY"}, {"name": "ci", "sha256": "0" * 64}]},
     })}
     for _, template in pod_templates(rayservice(SPEC, "", apps)):
         env = {var["name"]: var for var in template["spec"]["containers"][0]["env"]}

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from serve_app.protocol import ChatCompletionRequest
+from serve_app.openai.protocol import ChatCompletionRequest
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("locust") is None, reason="locust is not installed")

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from serve_app.kuberay_manifests import load_spec
+from serve_app.tools.kuberay.render import load_spec
 from tests.conftest import REPO
 from tests.kuberay.schemas import (
     CRD_DIR,

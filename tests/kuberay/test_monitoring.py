@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from serve_app.kuberay_manifests import METRICS_PORT, load_spec
+from serve_app.tools.kuberay.render import METRICS_PORT, load_spec
 from tests.conftest import REPO
 from tests.kuberay.schemas import load_documents
 
@@ -100,7 +100,7 @@ def test_dashboard_covers_the_issue():
     for needed in ("requests_total", "request_latency_seconds_bucket", "ttft_seconds_bucket",
                    "queue_wait_seconds_bucket", "replicas", "cost_per_1k_requests_usd", "preemptions_total"):
         assert "ray_serve_app_" + needed in text
-    quantiles = re.findall(r"histogram_quantile\((0\.\d+),[^;]*?by \(le, bucket\)", text)
+    quantiles = re.findall(r"histogram_quantile\((0\.\d+),[^;]*?by \(le, pool\)", text)
     assert {"0.5", "0.99"} <= set(quantiles)
 
 

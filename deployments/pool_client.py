@@ -1,0 +1,134 @@
+"""The scheduler's `PoolClient` over Serve handles: one attempt on one pool deployment."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.capacity import SPOT
+from serve_app.capacity.chooser import CapacityChooser, CapacityState
+from serve_app.capacity.decode_speed import DecodeSpeed
+from serve_app.config import Priority
+from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
+from serve_app.logs import logger_for
+from serve_app.scheduling.errors import ReplicaUnavailable
+from serve_app.topology import Topology
+
+logger = logger_for(__name__)
+
+ENGINE_INFO_TIMEOUT_S = 5.0
+"""How long `/stats` waits for a replica to say what its engine resolved."""
+
+_RETRYABLE = (RayActorError, BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError)
+
+AttemptRecorder = Callable[[str, str, str, int, int, int], None]
+"""(model, pool, capacity type, prompt tokens, output tokens, requests) of one attempt."""
+
+
+class ServePoolClient:
+    """Picks one of a pool's deployments (capacity types) per attempt, with the
+    `CapacityChooser`, and streams from it over a Serve handle.
+
+    Running replicas per deployment come from the ingress's poll; a replica lost
+    mid-attempt lowers its deployment's count at once, so the retry goes to a
+    side that still has replicas (a lost Spot node often takes all of its side).
+    """
+
+    def __init__(self, topology: Topology, handles: dict[str, DeploymentHandle],
+                 on_attempt: AttemptRecorder | None = None) -> None:
+        self._topology = topology
+        self._handles = handles
+        self._streams = {name: handle.options(stream=True) for name, handle in handles.items()}
+        self._on_attempt = on_attempt
+        self._running: dict[str, int] = {}
+        self._in_flight: Counter[str] = Counter()
+        self._chooser = CapacityChooser()
+        config = topology.config
+        self._decode_speed = DecodeSpeed(config.notice_cap, config.preemption.notice_window_s,
+                                         config.preemption.drain_margin_s)
+        self._engine_info: dict[str, dict] = {}
+
+    def set_running(self, counts: dict[str, int]) -> None:
+        self._running = dict(counts)
+
+    def slots(self, model: str, pool: str) -> int:
+        """Requests the pool's running replicas take at once, over all its deployments."""
+        return sum(self._running.get(d.name, 0) * d.slots_per_replica
+                   for d in self._topology.pool(model, pool).values())
+
+    def running(self, model: str, pool: str) -> dict[str, int]:
+        return {side: self._running.get(d.name, 0) for side, d in self._topology.pool(model, pool).items()}
+
+    def replica_groups(self) -> dict[tuple[str, str, str], int]:
+        """Running replicas by (model, pool, capacity type): what the cost meter bills."""
+        return {(d.model, d.pool, d.capacity_type): self._running.get(d.name, 0) for d in self._topology.deployments}
+
+    async def engine_info(self, model: str, pool: str) -> dict[str, dict]:
+        """What each running deployment of a pool says its engine resolved at start
+        (asked once per deployment), by capacity type."""
+        known = {}
+        for side, deployment in self._topology.pool(model, pool).items():
+            name = deployment.name
+            if name not in self._engine_info and self._running.get(name, 0) > 0:
+                try:
+                    async with asyncio.timeout(ENGINE_INFO_TIMEOUT_S):
+                        self._engine_info[name] = asdict(await self._handles[name].engine_info.remote())
+                except Exception as exc:  # shown as missing; asked again next time
+                    logger.warning("engine info of %s unavailable: %s", name, type(exc).__name__)
+            if name in self._engine_info:
+                known[side] = self._engine_info[name]
+        return known
+
+    def _choose(self, model: str, pool: str, request: GenerationRequest, priority: Priority) -> tuple[str, str]:
+        """(capacity type, deployment name) for this attempt."""
+        sides = self._topology.pool(model, pool)
+        if len(sides) == 1:
+            side, deployment = next(iter(sides.items()))
+            return side, deployment.name
+        snapshot = {}
+        for side, deployment in sides.items():
+            running = self._running.get(deployment.name, 0)
+            free = running * deployment.slots_per_replica - self._in_flight[deployment.name]
+            snapshot[side] = CapacityState(healthy=running, free_slots=max(0, free))
+        limits = [limit for limit in (request.sampling.max_tokens, request.stop_after) if limit is not None]
+        spot_cap = self._decode_speed.cap(sides[SPOT].name) if SPOT in sides else 0
+        side = self._chooser.choose(snapshot, priority, min(limits) if limits else None, spot_cap)[0]
+        return side, sides[side].name
+
+    async def stream(
+        self, model: str, pool: str, request: GenerationRequest, priority: Priority
+    ) -> AsyncIterator[GenerationChunk | EngineError]:
+        side, name = self._choose(model, pool, request, priority)
+        responses = self._streams[name].stream.remote(request)
+        self._in_flight[name] += 1
+        first_token_at, tokens, prompt_tokens = None, 0, 0
+        try:
+            async for chunk in responses:
+                if isinstance(chunk, GenerationChunk) and chunk.num_tokens:
+                    first_token_at = first_token_at or time.monotonic()
+                    tokens += chunk.num_tokens
+                    prompt_tokens = chunk.prompt_tokens + len(request.continuation)
+                yield chunk
+            if first_token_at is not None:
+                self._decode_speed.observe(name, tokens, time.monotonic() - first_token_at)
+        except _RETRYABLE as exc:
+            self._running[name] = max(0, self._running.get(name, 0) - 1)
+            raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
+        except Exception as exc:
+            # A RayTaskError's text carries the remote traceback; clients get the cause only.
+            cause = getattr(exc, "cause", None) or exc
+            detail = f"{type(cause).__name__}: {cause}"[:300]
+            yield EngineError(f"model {model!r} failed: {detail}", status=500, code="engine_error")
+        finally:
+            self._in_flight[name] -= 1
+            responses.cancel()
+            if self._on_attempt is not None and tokens:
+                requests = 0 if request.continuation else 1  # a resumed attempt is the same request
+                self._on_attempt(model, pool, side, prompt_tokens, tokens, requests)

@@ -1,0 +1,121 @@
+"""The ingress: templates, API keys, priorities, length prediction, retries."""
+
+from __future__ import annotations
+
+import string
+from typing import Literal, get_args
+
+from pydantic import Field, model_validator
+
+from serve_app.config.base import StrictModel
+from serve_app.config.deployment import DeploymentOptions
+
+Priority = Literal["realtime", "batch"]
+"""Priority classes: `realtime` is served first, `batch` yields and is shed first."""
+PRIORITIES: tuple[Priority, ...] = get_args(Priority)
+"""In serving order."""
+
+
+def template_placeholders(template_name: str, text: str) -> set[str]:
+    """The `{param}` names in a template text. Attribute access, indexing,
+    conversions and format specs are refused, so a param can never reach into
+    Python objects the way `str.format` would allow."""
+    names: set[str] = set()
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"template {template_name!r}: {exc}") from None
+    for _literal, field, format_spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier() or format_spec or conversion:
+            raise ValueError(
+                f"template {template_name!r}: placeholder {{{field}}} must be a plain "
+                "name like {text}, without attributes, indexes or format specs"
+            )
+        names.add(field)
+    return names
+
+
+class TemplateConfig(StrictModel):
+    """A server-side prompt template; clients send its name and `params`."""
+
+    prompt: str
+    """Text with `{param}` placeholders, rendered as the prompt (completions) or
+    the user message (chat). Write `{{`/`}}` for literal braces."""
+    system: str | None = None
+    """Optional system message for chat requests (placeholders allowed)."""
+    description: str = ""
+    """What the template is for, shown to operators."""
+
+
+class PredictorConfig(StrictModel):
+    """How the ingress predicts a request's output length (which picks its pool)."""
+
+    cold_start_tokens: int = Field(default=256, gt=0)
+    """Prediction for a prompt class with too little history and no `max_tokens`."""
+    min_samples: int = Field(default=8, gt=0)
+    """Observed generations a class needs before its history is trusted."""
+    quantile: float = Field(default=0.9, gt=0, le=1)
+    """Quantile of a class's observed lengths used as its prediction (high, so
+    few requests overrun their bucket)."""
+    window: int = Field(default=256, gt=0)
+    """Most recent observations kept per class."""
+
+
+class PriorityConfig(StrictModel):
+    """Priority classes: `realtime` is served first; `batch` yields and is shed first."""
+
+    default: Priority = "realtime"
+    """Priority of requests that name none (header `X-Priority` or field `priority`)."""
+    batch_queue_share: float = Field(default=0.5, gt=0, le=1)
+    """Share of each pool's queue that batch requests may fill; the rest is kept
+    for realtime ones, so batch is refused first under load."""
+
+
+class ApiKeyConfig(StrictModel):
+    """One client's API key and limits. The key itself never sits in the config:
+    give its SHA-256 or the environment variable that holds it."""
+
+    name: str
+    """Client name, used in metrics and logs."""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """Hex SHA-256 of the key."""
+    env: str | None = None
+    """Environment variable (on the ingress replicas) holding the key."""
+    requests_per_s: float | None = Field(default=None, gt=0)
+    """Sustained request rate allowed (bursts up to one second's worth); None: unlimited."""
+    tokens_per_min: int | None = Field(default=None, gt=0)
+    """Prompt + output tokens allowed per minute; None: unlimited."""
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> ApiKeyConfig:
+        if (self.sha256 is None) == (self.env is None):
+            raise ValueError(f"api key {self.name!r}: set exactly one of sha256 or env")
+        return self
+
+
+class IngressConfig(StrictModel):
+    """The OpenAI-compatible ingress."""
+
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    """Largest request body accepted; larger ones get 413."""
+    gzip_min_bytes: int = Field(default=1024, ge=0)
+    """Responses at least this large are gzip-compressed for clients that accept it."""
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest a non-streamed request may take before the ingress answers 504."""
+    predictor: PredictorConfig = Field(default_factory=PredictorConfig)
+    """Output-length prediction."""
+    priorities: PriorityConfig = Field(default_factory=PriorityConfig)
+    """Priority classes."""
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+    """Accepted API keys (`Authorization: Bearer <key>`); empty: no authentication."""
+    max_attempts: int = Field(default=3, gt=0)
+    """Tries per request when a replica is lost (a started stream resumes from
+    the tokens already sent)."""
+    retry_backoff_s: float = Field(default=0.5, ge=0)
+    """Wait before the second try; doubles per further try."""
+    deployment: DeploymentOptions = Field(
+        default_factory=lambda: DeploymentOptions(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+    )
+    """Ray Serve options of the ingress replicas."""

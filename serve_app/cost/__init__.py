@@ -1,0 +1,1 @@
+"""What requests cost: the meter the ingress runs."""

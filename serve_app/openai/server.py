@@ -1,0 +1,273 @@
+"""The OpenAI-compatible HTTP surface, over any `ModelBackend`.
+
+The Ray Serve ingress (`deployments.ingress`) is one backend; tests plug in an
+in-process one. Everything HTTP lives here: body limits, JSON and UTF-8 checks,
+validation errors, SSE, gzip, and OpenAI-style error bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from serve_app.config import PRIORITIES, AppConfig, Priority
+from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.openai.auth import Authenticator
+from serve_app.openai.conversion import (
+    chat_generation_request,
+    chat_response,
+    chat_sse,
+    completion_generation_request,
+    completion_response,
+    completion_sse,
+)
+from serve_app.openai.errors import APIError
+from serve_app.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    SamplingFields,
+    new_id,
+    now,
+)
+from serve_app.openai.templates import TemplateRegistry
+from serve_app.scheduling.errors import Refused
+from serve_app.scheduling.predictor import PromptClass
+from serve_app.scheduling.types import RequestMeta
+
+RequestModel = TypeVar("RequestModel", bound=BaseModel)
+
+
+class ModelBackend(Protocol):
+    """Where generation happens: a model name, an engine request and what the
+    ingress knows about it (priority, client, prompt class)."""
+
+    async def generate(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult | EngineError:
+        ...
+
+    def stream(
+        self, model: str, request: GenerationRequest, meta: RequestMeta
+    ) -> AsyncIterator[GenerationChunk | EngineError]:
+        ...
+
+    async def stats(self) -> dict[str, Any]:
+        """Operator view of queues and predictions (`GET /stats`)."""
+        ...
+
+    def cost(self) -> dict[str, Any]:
+        """Metered cost, per 1k requests and per 1M output tokens (`GET /v1/cost`)."""
+        ...
+
+
+def request_meta(
+    http: Request, request: SamplingFields, generation: GenerationRequest, client: str | None, default: Priority
+) -> RequestMeta:
+    header = http.headers.get("x-priority")
+    if header is not None and header not in PRIORITIES:
+        raise APIError(400, f"X-Priority must be one of {', '.join(PRIORITIES)}", param="priority")
+    priority = request.priority or header or default
+    if generation.messages is not None:
+        prompt_chars = sum(len(content) for _, content in generation.messages)
+    else:
+        prompt_chars = len(generation.prompt or "")
+    kind = "chat" if generation.messages is not None else "completion"
+    return RequestMeta(priority, client, PromptClass(kind, request.template, prompt_chars))
+
+
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, within `limit` bytes, or an APIError."""
+    too_large = APIError(413, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise too_large
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_utf8") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise APIError(
+            400, f"request body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            code="invalid_json",
+        ) from None
+    if not isinstance(value, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return value
+
+
+def parse(model: type[RequestModel], body: dict[str, Any]) -> RequestModel:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise APIError.from_validation(exc) from None
+
+
+class OpenAIServer:
+    """Request handling shared by both completion endpoints."""
+
+    def __init__(self, config: AppConfig, backend: ModelBackend) -> None:
+        self._config = config
+        self._backend = backend
+        self._auth = Authenticator(config.ingress.api_keys)
+        self._templates = TemplateRegistry(config.templates)
+        self._models = config.model_by_name()
+        self._created = now()
+
+    def authenticate(self, http: Request) -> str | None:
+        """The calling client's name (None when keys are off); 401 otherwise."""
+        return self._auth.client(http.headers.get("authorization"))
+
+    def model_list(self, http: Request) -> ModelList:
+        self.authenticate(http)
+        return ModelList(
+            data=[
+                ModelCard(id=name, created=self._created, max_model_len=model.engine.max_model_len)
+                for name, model in self._models.items()
+            ]
+        )
+
+    def resolve_model(self, requested: str | None) -> str:
+        if requested is None:
+            return self._config.models[0].name
+        if requested not in self._models:
+            raise APIError(
+                404,
+                f"The model '{requested}' does not exist (served: {', '.join(self._models)})",
+                param="model",
+                code="model_not_found",
+            )
+        return requested
+
+    async def stats(self, http: Request) -> dict[str, Any]:
+        self.authenticate(http)
+        return await self._backend.stats()
+
+    def cost(self, http: Request) -> dict[str, Any]:
+        self.authenticate(http)
+        return self._backend.cost()
+
+    async def _complete(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult:
+        try:
+            async with asyncio.timeout(self._config.ingress.request_timeout_s):
+                result = await self._backend.generate(model, request, meta)
+        except TimeoutError:
+            raise APIError(504, "the request took longer than the server allows", code="timeout") from None
+        if isinstance(result, EngineError):
+            raise APIError.from_engine(result)
+        return result
+
+    async def _open_stream(
+        self, model: str, request: GenerationRequest, meta: RequestMeta
+    ) -> tuple[str, AsyncIterator[GenerationChunk | EngineError]]:
+        """Start a stream; an error before any output becomes a plain HTTP error.
+        Returns the model that answers (the first chunk says) and the chunks."""
+        chunks = self._backend.stream(model, request, meta)
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        if isinstance(first, EngineError):
+            await chunks.aclose()
+            raise APIError.from_engine(first)
+
+        async def replay() -> AsyncIterator[GenerationChunk | EngineError]:
+            try:
+                if first is not None:
+                    yield first
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                await chunks.aclose()
+
+        return (first.model if first is not None else None) or model, replay()
+
+    def handler(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(http: Request) -> Response:
+            return await self.handle(http, endpoint)
+
+        return handle
+
+    async def handle(self, http: Request, endpoint: Endpoint) -> Response:
+        client = self.authenticate(http)
+        body = await read_json_object(http, self._config.ingress.max_body_bytes)
+        request = parse(endpoint.request_model, body)
+        model = self.resolve_model(request.model)
+        request_id = new_id(endpoint.id_prefix)
+        generation = endpoint.to_generation(request, self._templates, request_id)
+        meta = request_meta(http, request, generation, client, self._config.ingress.priorities.default)
+        generation = replace(generation, priority=PRIORITIES.index(meta.priority))
+        if not request.stream:
+            result = await self._complete(model, generation, meta)
+            return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
+        answering, chunks = await self._open_stream(model, generation, meta)
+        return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How one completion endpoint converts its requests and outputs."""
+
+    request_model: type[SamplingFields]
+    id_prefix: str
+    to_generation: Callable[..., GenerationRequest]
+    to_response: Callable[[str, str, GenerationResult], BaseModel]
+    to_events: Callable[..., AsyncIterator[str]]
+
+
+CHAT = Endpoint(ChatCompletionRequest, "chatcmpl", chat_generation_request, chat_response, chat_sse)
+COMPLETIONS = Endpoint(CompletionRequest, "cmpl", completion_generation_request, completion_response, completion_sse)
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
+    """The FastAPI app serving `/v1/*` and `/health` over `backend`."""
+    server = OpenAIServer(config, backend)
+    app = FastAPI(title="serve_app", docs_url=None, redoc_url=None)
+    app.add_middleware(GZipMiddleware, minimum_size=config.ingress.gzip_min_bytes)
+
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> Response:
+        return exc.response()
+
+    @app.exception_handler(Refused)
+    async def refused(_: Request, exc: Refused) -> Response:
+        return APIError.from_refusal(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return APIError(exc.status_code, str(exc.detail)).response()
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(_: Request, exc: Exception) -> Response:
+        return APIError(500, f"internal error: {type(exc).__name__}").response()
+
+    for path, endpoint in (("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETIONS)):
+        app.add_api_route(path, server.handler(endpoint), methods=["POST"])
+    app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
+    app.add_api_route("/stats", server.stats, methods=["GET"])
+    app.add_api_route("/v1/cost", server.cost, methods=["GET"])
+    app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    return app

@@ -1,0 +1,38 @@
+"""Which replica of a pool takes the next request: the least loaded ones.
+
+Replicas report their load (`LLMServer.record_routing_stats`: running requests
+and the output tokens those may still produce) every second; Serve's request
+router (`deployments.request_router`) also knows each replica's queue length
+from its own probes. The policy ranks replicas by that load and offers the
+lightest two first, so Serve's probe picks between two good candidates instead
+of two random ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    replica: str
+    in_flight_tokens: float | None
+    """From the replica's last routing stats; None before its first report."""
+    queue_len: int | None
+    """Serve's request router's cached queue length of the replica; None if never probed."""
+
+
+class LeastLoadedPolicy:
+    def __init__(self, tokens_per_request: float = 128.0, first_rank_size: int = 2) -> None:
+        self._tokens_per_request = tokens_per_request
+        """Weight of one queued request, in tokens, when adding queue length to token load."""
+        self._first_rank_size = first_rank_size
+
+    def score(self, load: ReplicaLoad) -> float:
+        return (load.in_flight_tokens or 0.0) + (load.queue_len or 0) * self._tokens_per_request
+
+    def rank(self, loads: list[ReplicaLoad]) -> list[list[str]]:
+        """Replica ids, most preferred rank first."""
+        ordered = [load.replica for load in sorted(loads, key=self.score)]
+        first, rest = ordered[: self._first_rank_size], ordered[self._first_rank_size :]
+        return [first, rest] if rest else [first] if first else []

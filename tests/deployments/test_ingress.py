@@ -1,0 +1,54 @@
+"""Failures of the call to a replica become retries or the right client-facing errors."""
+
+import httpx
+import pytest
+from ray.exceptions import ActorDiedError, RayTaskError
+from ray.serve.exceptions import BackPressureError
+
+from deployments.ingress import OpenAIIngress
+from serve_app.topology import deployment_name
+from tests.fakes import FailingHandle
+
+
+async def app_over(config, exc: Exception):
+    config = config.model_copy(update={"ingress": config.ingress.model_copy(update={"retry_backoff_s": 0})})
+    handles = {deployment_name(model.name, "default"): FailingHandle(exc) for model in config.models}
+
+    async def one_each():
+        return {name: 1 for name in handles}
+
+    ingress = OpenAIIngress.__new__(OpenAIIngress)
+    await ingress.__init__(config, handles, count_replicas=one_each)
+    return ingress.__serve_build_asgi_app__(), handles
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    "exc, status, needle",
+    [
+        (BackPressureError(num_queued_requests=5, max_queued_requests=5), 503, "after 3 tries (BackPressureError)"),
+        (ActorDiedError(), 503, "after 3 tries (ActorDiedError)"),
+        (ValueError("boom"), 500, "boom"),
+    ],
+)
+async def test_replica_call_failures(small_config, stream, exc, status, needle):
+    app, handles = await app_over(small_config, exc)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        response = await http.post("/v1/completions", json={"prompt": "x", "stream": stream})
+    assert response.status_code == status
+    assert needle in response.json()["error"]["message"]
+    tries = handles[deployment_name("fake-a", "default")].calls
+    if status == 503:
+        assert response.headers["retry-after"] == "1" and tries == 3
+    else:
+        assert tries == 1  # an engine failure is not retried
+
+
+async def test_remote_tracebacks_do_not_reach_the_client(small_config):
+    remote = RayTaskError("stream", "Traceback (most recent call last):\n  secret/path.py", ValueError("bad"))
+    app, _ = await app_over(small_config, remote)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
+        response = await http.post("/v1/completions", json={"prompt": "x"})
+    message = response.json()["error"]["message"]
+    assert response.status_code == 500 and "ValueError: bad" in message
+    assert "secret/path.py" not in message

@@ -1,0 +1,64 @@
+"""The scheduler's pool client over Serve handles: which side an attempt goes to, and
+what a lost replica does to the next choice."""
+
+import pytest
+from ray.exceptions import ActorDiedError
+
+from deployments.pool_client import ServePoolClient
+from serve_app.engine.base import GenerationRequest, SamplingOptions
+from serve_app.scheduling.errors import ReplicaUnavailable
+from serve_app.topology import Topology, deployment_name
+from tests.fakes import FailingHandle, FakeEngine, FakeHandle, start_llm_server
+
+
+async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_config):
+
+    model = small_config.models[0].model_copy(
+        update={"deployment": small_config.models[0].deployment.model_copy(update={"num_replicas": 2})}
+    )
+    pool = model.pools[0].model_copy(update={"spot_share": 0.5})
+    model = model.model_copy(update={"pools": [pool]})
+    config = small_config.model_copy(update={"models": [model]})
+    topology = Topology(config)
+    sides = {side: deployment.options for side, deployment in topology.pool(model.name, pool.name).items()}
+    assert sides["spot"]["ray_actor_options"]["label_selector"] == {"ray.io/market-type": "spot"}
+    assert sides["spot"]["ray_actor_options"]["fallback_strategy"] == [
+        {"label_selector": {"ray.io/market-type": "on-demand"}}
+    ]
+    assert sides["spot"]["graceful_shutdown_timeout_s"] == 110  # the notice window less the margin
+    names = {side: deployment_name(model.name, pool.name, side) for side in sides}
+    engines = {side: FakeEngine() for side in sides}
+    handles = {names[side]: FakeHandle(await start_llm_server(model, engines[side])) for side in sides}
+    client = ServePoolClient(topology, handles)
+    client.set_running({name: 1 for name in names.values()})
+    assert client.slots(model.name, pool.name) == 2 * model.deployment.max_ongoing_requests
+
+    async def send(max_tokens, priority):
+        request = GenerationRequest("r", SamplingOptions(max_tokens=max_tokens), prompt="a")
+        [chunk async for chunk in client.stream(model.name, pool.name, request, priority)]
+
+    await send(4, "batch")
+    await send(4, "realtime")  # equal headroom: on-demand
+    await send(50, "batch")  # fits the cold cap: 5 tok/s x (120 - 10 - 5) s = 525 tokens
+    await send(None, "batch")  # no limit: never on Spot
+    assert [len(engines[side].requests) for side in ("on-demand", "spot")] == [2, 2]
+    await send(600, "batch")  # over the cap: on-demand
+    assert len(engines["on-demand"].requests) == 3
+
+
+async def test_a_lost_replica_steers_retries_to_the_other_side_until_the_next_poll(small_config):
+
+    model = small_config.models[0]
+    pool = model.pools[0].model_copy(update={"spot_share": 0.5})
+    model = model.model_copy(update={"pools": [pool], "deployment": model.deployment.model_copy(update={"num_replicas": 2})})
+    config = small_config.model_copy(update={"models": [model]})
+    spot, on_demand = (deployment_name(model.name, pool.name, side) for side in ("spot", "on-demand"))
+    handles = {spot: FailingHandle(ActorDiedError()), on_demand: FailingHandle(ValueError("served"))}
+    client = ServePoolClient(Topology(config), handles)
+    client.set_running({spot: 1, on_demand: 1})
+    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
+    with pytest.raises(ReplicaUnavailable):
+        [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]
+    assert client.running(model.name, pool.name) == {"on-demand": 1, "spot": 0}
+    [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]  # batch, yet on-demand now
+    assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)

@@ -1,0 +1,292 @@
+"""The batcher over in-process pools of fake engines: buckets, continuation, retries, admission."""
+
+import asyncio
+
+import pytest
+
+from serve_app.config import AppConfig
+from serve_app.engine.base import EngineError, EngineRequestError, GenerationRequest, SamplingOptions
+from serve_app.quantile import quantile
+from serve_app.scheduling.batcher import LengthBucketBatcher
+from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
+from serve_app.scheduling.predictor import PromptClass
+from serve_app.scheduling.types import RequestMeta
+from tests.fakes import FakeEngine
+
+
+def config(**ingress) -> AppConfig:
+    return AppConfig.model_validate(
+        {
+            "models": [
+                {
+                    "name": "m",
+                    "engine": {"model": "unused", "max_model_len": 64},
+                    "pools": [
+                        {"name": "short", "max_output_tokens": 4, "queue_size": 4},
+                        {"name": "long", "queue_size": 4},
+                    ],
+                }
+            ],
+            "ingress": {"retry_backoff_s": 0, "predictor": {"min_samples": 2}, **ingress},
+        }
+    )
+
+
+class Pools:
+    """A `PoolClient` over one fake engine per pool; can lose a replica mid-stream."""
+
+    def __init__(self, **engine_args) -> None:
+        self.engines = {"short": FakeEngine(**engine_args), "long": FakeEngine(**engine_args)}
+        self.calls: list[tuple[str, GenerationRequest]] = []
+        self.lose_after: list[int] = []
+        """Chunks after which the next attempts' replica dies, one entry per attempt."""
+
+    async def stream(self, model, pool, request, priority):
+        self.calls.append((pool, request))
+        lose_after = self.lose_after.pop(0) if self.lose_after else None
+        sent = 0
+        try:
+            async for chunk in self.engines[pool].stream(request):
+                if sent == lose_after:
+                    raise ReplicaUnavailable("ActorDiedError")
+                sent += 1
+                yield chunk
+        except EngineRequestError as exc:  # as LLMServer does: refusals are data
+            yield exc.error
+        if sent == lose_after:
+            raise ReplicaUnavailable("ActorDiedError")
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.records = []
+        self.waits = []
+
+    def dispatched(self, model, pool, wait_s):
+        self.waits.append((pool, wait_s))
+
+    def finished(self, record):
+        self.records.append(record)
+
+
+def batcher_for(pools: Pools, **ingress) -> tuple[LengthBucketBatcher, Observer]:
+    observer = Observer()
+    batcher = LengthBucketBatcher(config(**ingress), pools, observer)
+    batcher.set_slots("m", "short", 2)
+    batcher.set_slots("m", "long", 2)
+    return batcher, observer
+
+
+def request(max_tokens=None, prompt="a b", request_id="r"):
+    return GenerationRequest(request_id=request_id, sampling=SamplingOptions(max_tokens=max_tokens), prompt=prompt)
+
+
+def meta(priority="realtime", template=None, client=None):
+    return RequestMeta(priority, client, PromptClass("completion", template, 3))
+
+
+async def text_of(batcher, req, info=None):
+    return "".join([chunk.text async for chunk in batcher.stream("m", req, info or meta())])
+
+
+async def test_the_prediction_picks_the_bucket():
+    pools = Pools()
+    batcher, observer = batcher_for(pools)
+    await text_of(batcher, request(3))
+    await text_of(batcher, request(10))
+    assert [pool for pool, _ in pools.calls] == ["short", "long"]
+    assert [r.pool for r in observer.records] == ["short", "long"]
+
+
+async def test_a_request_past_its_bucket_edge_continues_on_the_next_pool_as_one_stream():
+    pools = Pools(answer_tokens=7)
+    batcher, observer = batcher_for(pools)
+    for _ in range(2):  # the class has answered in 2 tokens: predicted short
+        batcher._predictor.observe(PromptClass("completion", "t", 3), 2)
+    chunks = [c async for c in batcher.stream("m", request(10), meta(template="t"))]
+    assert "".join(c.text for c in chunks) == " w0 w1 w2 w3 w4 w5 w6"  # as one uninterrupted run
+    assert [c.finish_reason for c in chunks][-1] == "stop" and [c.finish_reason for c in chunks[:-1]] == [None] * 6
+    (first_pool, first), (second_pool, second) = pools.calls
+    assert (first_pool, second_pool) == ("short", "long")
+    assert first.stop_after == 4 and first.sampling.max_tokens == 10
+    assert second.continuation == (0, 1, 2, 3) and second.sampling.max_tokens == 6 and second.stop_after is None
+    assert observer.records[-1].pools == ["short", "long"] and observer.records[-1].output_tokens == 7
+
+
+async def test_overrun_finish_keeps_the_request_in_its_pool():
+    pools = Pools()
+    batcher = LengthBucketBatcher(config(), pools, Observer())
+    batcher._models["m"] = batcher._models["m"].model_copy(update={"overrun": "finish"})
+    batcher.set_slots("m", "short", 1)
+    batcher._predictor.observe(PromptClass("completion", None, 3), 1)
+    batcher._predictor.observe(PromptClass("completion", None, 3), 1)
+    assert await text_of(batcher, request(6)) == " w0 w1 w2 w3 w4 w5"
+    assert [pool for pool, _ in pools.calls] == ["short"] and pools.calls[0][1].stop_after is None
+
+
+async def test_a_lost_replica_mid_stream_resumes_with_nothing_lost_or_repeated():
+    pools = Pools()
+    pools.lose_after = [3, 2]
+    batcher, observer = batcher_for(pools)
+    assert await text_of(batcher, request(10)) == "".join(f" w{i}" for i in range(10))
+    continuations = [call.continuation for _, call in pools.calls]
+    assert continuations == [(), (0, 1, 2), (0, 1, 2, 3, 4)]
+    record = observer.records[-1]
+    assert (record.status, record.resumed, record.resent, record.output_tokens) == ("ok", 2, 0, 10)
+
+
+async def test_a_request_lost_before_output_is_re_sent():
+    pools = Pools()
+    pools.lose_after = [0]
+    batcher, observer = batcher_for(pools)
+    assert await text_of(batcher, request(3)) == " w0 w1 w2"
+    assert observer.records[-1].resent == 1 and len(pools.calls) == 2
+
+
+async def test_retries_are_bounded_then_503_before_output_or_an_error_event_after():
+    pools = Pools()
+    pools.lose_after = [0, 0, 0]
+    batcher, _ = batcher_for(pools)
+    with pytest.raises(Unavailable) as refused:
+        await text_of(batcher, request(3))
+    assert refused.value.retry_after_s == 1 and len(pools.calls) == 3
+    pools.lose_after = [1, 0, 0]
+    items = [item async for item in batcher.stream("m", request(3), meta())]
+    assert items[0].text == " w0" and isinstance(items[-1], EngineError) and items[-1].status == 503
+
+
+async def test_a_draining_replica_refusal_is_retried_elsewhere():
+    pools = Pools()
+    real = pools.stream
+    refusals = [EngineError("draining", status=503, code="replica_draining")]
+
+    async def stream(model, pool, req, priority):
+        if refusals:
+            yield refusals.pop()
+            return
+        async for item in real(model, pool, req, priority):
+            yield item
+
+    pools.stream = stream
+    batcher, _ = batcher_for(pools)
+    assert await text_of(batcher, request(2)) == " w0 w1"
+
+
+async def test_engine_refusals_pass_through_and_are_not_learned():
+    pools = Pools(max_model_len=8)
+    batcher, observer = batcher_for(pools)
+    items = [item async for item in batcher.stream("m", request(100), meta())]
+    assert isinstance(items[0], EngineError) and items[0].code == "context_length_exceeded"
+    assert observer.records[-1].status == "error" and batcher.predictor_classes() == {}
+
+
+async def test_a_full_queue_is_503_with_retry_after_and_batch_is_refused_first():
+    pools = Pools(step_s=0.01)
+    batcher, _ = batcher_for(pools)
+    batcher.set_slots("m", "long", 1)
+    running = [asyncio.create_task(text_of(batcher, request(20, request_id=f"r{i}"))) for i in range(3)]
+    await asyncio.sleep(0.01)  # one runs, two wait; the batch share (2 of 4) is full
+    with pytest.raises(Overloaded) as batch:
+        await text_of(batcher, request(20), meta("batch"))
+    assert "past the batch share" in batch.value.message
+    running += [asyncio.create_task(text_of(batcher, request(20, request_id="r4")))]
+    running += [asyncio.create_task(text_of(batcher, request(20, request_id="r5")))]
+    await asyncio.sleep(0.01)  # four wait now: the queue is full
+    with pytest.raises(Overloaded) as realtime:
+        await text_of(batcher, request(20))
+    assert realtime.value.retry_after_s >= 1
+    assert "queue full" in realtime.value.message
+    results = await asyncio.gather(*running)
+    assert all(text.endswith(" w19") for text in results)  # every accepted request completes
+
+
+async def test_realtime_is_dispatched_before_waiting_batch():
+    pools = Pools(step_s=0.01)
+    batcher, _ = batcher_for(pools)
+    batcher.set_slots("m", "long", 1)
+    order = []
+
+    async def run(name, priority):
+        await text_of(batcher, request(5, request_id=name), meta(priority))
+        order.append(name)
+
+    first = asyncio.create_task(run("first", "batch"))
+    await asyncio.sleep(0)
+    batch = asyncio.create_task(run("batch", "batch"))
+    await asyncio.sleep(0)
+    realtime = asyncio.create_task(run("realtime", "realtime"))
+    await asyncio.gather(first, batch, realtime)
+    assert order == ["first", "realtime", "batch"]
+
+
+async def test_rate_limits_are_429_with_retry_after():
+    pools = Pools()
+    keys = [{"name": "team", "sha256": "0" * 64, "requests_per_s": 1}]
+    batcher, observer = batcher_for(pools, api_keys=keys)
+    await text_of(batcher, request(1), meta(client="team"))
+    with pytest.raises(RateLimited) as limited:
+        await text_of(batcher, request(1), meta(client="team"))
+    assert limited.value.retry_after_s >= 1
+    assert observer.records[-1].status == "rejected" and len(pools.calls) == 1
+
+
+async def test_queue_waits_are_measured_and_exported_as_stats():
+    pools = Pools(step_s=0.02)
+    batcher, observer = batcher_for(pools)
+    batcher.set_slots("m", "long", 1)
+    await asyncio.gather(*(text_of(batcher, request(5, request_id=f"r{i}")) for i in range(3)))
+    waits = sorted(wait for pool, wait in observer.waits if pool == "long")
+    assert waits[0] < 0.01 and waits[-1] > 0.15
+    stats = batcher.stats()[("m", "long")]
+    assert stats.queue_wait_p90_s == pytest.approx(quantile(waits, 0.9)) and stats.in_flight == 0
+
+
+class TieredPools:
+    def __init__(self) -> None:
+        self.engines = {"big": FakeEngine(), "tiny": FakeEngine()}
+
+    async def stream(self, model, pool, request, priority):
+        async for chunk in self.engines[model].stream(request):
+            yield chunk
+
+
+async def test_realtime_falls_back_to_the_tiny_tier_while_the_big_model_is_at_zero():
+    config = AppConfig.model_validate({
+        "models": [
+            {"name": "big", "engine": {"model": "unused"}, "fallback": {"model": "tiny", "priorities": ["realtime"]}},
+            {"name": "tiny", "engine": {"model": "unused"}},
+        ],
+    })
+    pools = TieredPools()
+    batcher = LengthBucketBatcher(config, pools, Observer())
+    batcher.set_slots("tiny", "default", 4)
+    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
+    assert {c.model for c in chunks} == {"tiny"} and len(pools.engines["tiny"].requests) == 1
+    waiting = asyncio.create_task(text_of_model(batcher, "big", request(2), meta("batch")))
+    await asyncio.sleep(0.01)
+    big = batcher.stats()[("big", "default")]
+    assert not waiting.done() and big.waiting == 1 and big.diverted == 1  # demand that should scale it up
+    batcher.set_slots("big", "default", 4)  # a big replica is ready
+    assert await waiting == " w0 w1"
+    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
+    assert {c.model for c in chunks} == {None} and len(pools.engines["big"].requests) == 2
+
+
+async def text_of_model(batcher, model, req, info):
+    return "".join([chunk.text async for chunk in batcher.stream(model, req, info)])
+
+
+def test_a_fallback_must_be_another_model_without_its_own_fallback():
+    from pydantic import ValidationError
+
+    def models(fallback_of_tiny):
+        return {"models": [
+            {"name": "big", "engine": {"model": "x"}, "fallback": {"model": "tiny"}},
+            {"name": "tiny", "engine": {"model": "x"}, **fallback_of_tiny},
+        ]}
+
+    AppConfig.model_validate(models({}))
+    with pytest.raises(ValidationError, match="has a fallback itself"):
+        AppConfig.model_validate(models({"fallback": {"model": "big"}}))
+    with pytest.raises(ValidationError, match="not another served model"):
+        AppConfig.model_validate({"models": [{"name": "a", "engine": {"model": "x"}, "fallback": {"model": "a"}}]})

@@ -1,0 +1,33 @@
+from serve_app.config import PredictorConfig
+from serve_app.scheduling.predictor import LengthPredictor, PromptClass
+
+CAPITAL = PromptClass("chat", "capital", 40)
+
+
+def test_cold_start_uses_max_tokens_else_the_configured_default():
+    predictor = LengthPredictor(PredictorConfig(cold_start_tokens=300, min_samples=3))
+    assert predictor.predict(CAPITAL, 50).tokens == 50
+    prediction = predictor.predict(CAPITAL, None)
+    assert (prediction.tokens, prediction.source) == (300, "cold_start")
+
+
+def test_history_takes_over_after_min_samples_capped_by_max_tokens():
+    predictor = LengthPredictor(PredictorConfig(min_samples=3, quantile=0.9))
+    for tokens in (10, 12, 30):
+        assert predictor.predict(CAPITAL, 500).source == "max_tokens"
+        predictor.observe(CAPITAL, tokens)
+    # the 0.9 quantile of (10, 12, 30), interpolated (26.4), rounded up to whole tokens
+    assert predictor.predict(CAPITAL, 500).tokens == 27
+    assert predictor.predict(CAPITAL, 500).source == "history"
+    assert predictor.predict(CAPITAL, 20).tokens == 20
+
+
+def test_classes_are_kept_apart_and_the_window_forgets():
+    predictor = LengthPredictor(PredictorConfig(min_samples=1, window=2, quantile=1.0))
+    other = PromptClass("chat", None, 40)
+    predictor.observe(CAPITAL, 100)
+    predictor.observe(CAPITAL, 5)
+    predictor.observe(CAPITAL, 6)
+    assert predictor.predict(CAPITAL, None).tokens == 6  # the 100 fell out of the window
+    assert predictor.predict(other, None).source == "cold_start"
+    assert PromptClass("chat", None, 40).key() == PromptClass("chat", None, 63).key() != PromptClass("chat", None, 64).key()

@@ -1,0 +1,18 @@
+from serve_app.scheduling.replica_choice import LeastLoadedPolicy, ReplicaLoad
+
+
+def test_lightest_two_first_counting_tokens_and_queue():
+    policy = LeastLoadedPolicy(tokens_per_request=100)
+    loads = [
+        ReplicaLoad("busy", in_flight_tokens=5000, queue_len=2),
+        ReplicaLoad("queued", in_flight_tokens=0, queue_len=9),  # 900
+        ReplicaLoad("light", in_flight_tokens=300, queue_len=1),  # 400
+        ReplicaLoad("new", in_flight_tokens=None, queue_len=None),  # 0: not reported yet
+    ]
+    assert policy.rank(loads) == [["new", "light"], ["queued", "busy"]]
+
+
+def test_small_pools():
+    policy = LeastLoadedPolicy()
+    assert policy.rank([ReplicaLoad("only", 10, 0)]) == [["only"]]
+    assert policy.rank([]) == []

@@ -1,0 +1,43 @@
+"""The one map from (model, pool, capacity type) to Serve deployment name, options and slots."""
+
+import pytest
+
+from serve_app.capacity import ANY_CAPACITY, ON_DEMAND, SPOT
+from serve_app.config import AppConfig, app_configs, load_serve_config
+from serve_app.topology import REQUEST_ROUTER_CONFIG, Topology, deployment_name, pool_of
+from tests.conftest import REPO
+
+
+def test_deployment_names_are_serve_safe():
+    assert deployment_name("org/model:v1.5", "short") == "LLMServer-org-model-v1-5-short"
+
+
+@pytest.mark.parametrize("side", [ANY_CAPACITY, SPOT, ON_DEMAND])
+def test_a_name_maps_back_to_its_pool_and_side(side):
+    assert pool_of(deployment_name("org/model-1", "long", side)) == (deployment_name("org/model-1", "long"), side)
+
+
+def test_queue_autoscaled_pools_leave_delays_to_the_policy_and_spot_gets_the_notice_window():
+    config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
+    model = config.models[0]
+    sides = Topology(config).pool(model.name, model.pools[0].name)
+    for side in sides.values():
+        scaling = side.options["autoscaling_config"]
+        assert scaling["upscale_delay_s"] == scaling["downscale_delay_s"] == 0
+    assert sides[ON_DEMAND].options["autoscaling_config"]["min_replicas"] == 1
+    assert sides[SPOT].options["autoscaling_config"]["max_replicas"] == 5
+    window = config.preemption.notice_window_s - config.preemption.drain_margin_s
+    assert sides[SPOT].options["graceful_shutdown_timeout_s"] == window
+
+
+def test_pools_get_the_least_loaded_router_unless_they_name_one_and_slots_come_from_the_pool():
+    config = AppConfig.model_validate({"models": [{
+        "name": "m", "engine": {"model": "x"},
+        "pools": [{"name": "short", "max_output_tokens": 64, "deployment": {"max_ongoing_requests": 8}},
+                  {"name": "long", "deployment": {"request_router_config": {"request_routing_stats_period_s": 5}}}],
+    }]})
+    topology = Topology(config)
+    short, long = topology.pool("m", "short")[ANY_CAPACITY], topology.pool("m", "long")[ANY_CAPACITY]
+    assert short.options["request_router_config"] == REQUEST_ROUTER_CONFIG and short.slots_per_replica == 8
+    assert long.options["request_router_config"] == {"request_routing_stats_period_s": 5}
+    assert [d.name for d in topology.deployments] == ["LLMServer-m-short", "LLMServer-m-long"]
