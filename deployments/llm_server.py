@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from deployments.preemption_guard import Node, PreemptionGuard, RayNode
 from serve_app.config import EngineConfig, ModelConfig, PreemptionConfig
@@ -15,7 +16,6 @@ from serve_app.engine.base import (
     GenerationRequest,
     LLMEngine,
 )
-from serve_app.engine.coalesce import coalesce
 from serve_app.logs import logger_for
 
 logger = logger_for(__name__)
@@ -65,11 +65,12 @@ class LLMServer:
         if self._guard.draining:
             yield DRAINING
             return
+        busy = len(self._in_flight) >= self._model.stream_busy_requests
+        request = replace(request, stream_interval=self._model.stream_chunk_tokens if busy else 1)
         self._in_flight[request.request_id] = request.sampling.max_tokens or self._max_model_len
         try:
             with self._guard.track():
-                chunks = coalesce(self._engine.stream(request), self._model.stream_interval_ms / 1000)
-                async for chunk in chunks:
+                async for chunk in self._engine.stream(request):
                     self._in_flight[request.request_id] -= chunk.num_tokens
                     yield chunk
         except EngineRequestError as exc:

@@ -108,14 +108,16 @@ class ServePoolClient:
         side, name = self._choose(model, pool, request, priority)
         responses = self._streams[name].stream.remote(request)
         self._in_flight[name] += 1
-        first_token_at, tokens, prompt_tokens = None, 0, 0
+        first_token_at, tokens, prompt_tokens, ended = None, 0, 0, False
         try:
             async for chunk in responses:
                 if isinstance(chunk, GenerationChunk) and chunk.num_tokens:
                     first_token_at = first_token_at or time.monotonic()
                     tokens += chunk.num_tokens
                     prompt_tokens = chunk.prompt_tokens + len(request.continuation)
+                ended = isinstance(chunk, EngineError) or chunk.finish_reason is not None
                 yield chunk
+            ended = True
             if first_token_at is not None:
                 self._decode_speed.observe(name, tokens, time.monotonic() - first_token_at)
         except _RETRYABLE as exc:
@@ -128,7 +130,8 @@ class ServePoolClient:
             yield EngineError(f"model {model!r} failed: {detail}", status=500, code="engine_error")
         finally:
             self._in_flight[name] -= 1
-            responses.cancel()
+            if not ended:  # the caller stopped early (moved on, went away): stop the replica's work
+                responses.cancel()
             if self._on_attempt is not None and tokens:
                 requests = 0 if request.continuation else 1  # a resumed attempt is the same request
                 self._on_attempt(model, pool, side, prompt_tokens, tokens, requests)

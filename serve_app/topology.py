@@ -9,6 +9,7 @@ generator sizes worker groups from the same options.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,17 @@ REQUEST_ROUTER_CONFIG = {
     "request_routing_stats_period_s": 1.0,
 }
 """`request_router_config` of pools that set none: replicas chosen by load."""
+
+SERVE_HEADROOM = 0.25
+"""Serve's own `max_ongoing_requests` on a pool replica is its slots plus this
+share: the ingress already admits no more than the slots, and at stream
+boundaries Serve may still count a finished stream, so a limit equal to the
+slots made it reject and back off (25-500 ms) requests the ingress had admitted."""
+
+REPLICA_ENV = {"RAY_worker_niceness": "0"}
+"""Environment of LLM replicas unless a config sets these: Ray nices its workers
+to 15, and the engine processes a replica starts inherit it; `vllm serve` runs
+at 0, so a replica competing with Ray's own processes for CPU ran slower."""
 
 _SUFFIX = {ANY_CAPACITY: "", SPOT: "-spot", ON_DEMAND: "-ondemand"}
 
@@ -105,6 +117,10 @@ class Topology:
     def _pool_deployments(self, model: ModelConfig, pool: PoolConfig) -> list[PoolDeployment]:
         deployment = model.pool_deployment(pool)
         options = {"request_router_config": REQUEST_ROUTER_CONFIG, **deployment.serve_options()}
+        options["max_ongoing_requests"] = math.ceil(deployment.max_ongoing_requests * (1 + SERVE_HEADROOM))
+        actor = options["ray_actor_options"] = dict(options.get("ray_actor_options") or {})
+        runtime_env = actor["runtime_env"] = dict(actor.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**REPLICA_ENV, **(runtime_env.get("env_vars") or {})}
         scaling = options.get("autoscaling_config")
         if self.config.queue_autoscaling and scaling is not None:
             options["autoscaling_config"] = pool_autoscaling_config(

@@ -100,6 +100,19 @@ class IngressConfig(StrictModel):
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     """Largest request body accepted; larger ones get 413."""
+    body_read_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest the whole request body may take to arrive; a slower client gets
+    408 (`request_timeout`), so trickled bodies cannot hold the ingress."""
+    max_stop_sequences: int = Field(default=4, gt=0)
+    """Most `stop` strings one request may send (OpenAI's limit is 4)."""
+    max_stop_chars: int = Field(default=256, gt=0)
+    """Longest `stop` string accepted, in characters (vLLM's detokenizer holds back
+    up to the longest stop string's length of output while it matches)."""
+    max_messages: int = Field(default=2048, gt=0)
+    """Most `messages` one chat request may send."""
+    max_error_chars: int = Field(default=4096, ge=256)
+    """Longest error message (and `param`) sent back; a longer one is cut, and a
+    list of validation problems says how many more there were."""
     gzip_min_bytes: int = Field(default=1024, ge=0)
     """Responses at least this large are gzip-compressed for clients that accept it."""
     request_timeout_s: float = Field(default=600.0, gt=0)

@@ -59,9 +59,13 @@ class ModelConfig(StrictModel):
         default_factory=lambda: DeploymentOptions(ray_actor_options={"num_cpus": 1})
     )
     """Ray Serve options of this model's replicas."""
-    stream_interval_ms: float = Field(default=50.0, ge=0)
-    """Streamed output is sent to the ingress at most this often (the first token
-    at once); fewer, larger chunks leave more CPU to the engine. 0 sends every step."""
+    stream_chunk_tokens: int = Field(default=4, ge=1)
+    """Output tokens per streamed chunk while a replica is busy (vLLM's
+    per-request `stream_interval`): fewer, larger chunks leave more CPU to the
+    engine. The first and the last chunk always go out at once."""
+    stream_busy_requests: int = Field(default=8, ge=1)
+    """Requests in flight on a replica from which it counts as busy; below it
+    every token is streamed as soon as it is decoded."""
     pools: list[PoolConfig] = Field(default_factory=lambda: [PoolConfig(name="default")], min_length=1)
     """Length buckets, shortest first, each with its own replica pool. One pool
     means no bucketing."""

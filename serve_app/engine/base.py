@@ -43,8 +43,10 @@ class GenerationRequest:
     `max_tokens` allows more: the bucket edge, after which the ingress continues
     the request elsewhere. `max_tokens` is still checked against the context."""
     priority: int = 0
-    """Engine scheduling priority, lower first (0 realtime, 1 batch); used when
-    the engine runs with `scheduling_policy: priority`."""
+    """Engine scheduling priority, lower first; used when the engine runs with
+    `scheduling_policy: priority`."""
+    stream_interval: int = 1
+    """Output tokens gathered per streamed chunk (the first and last at once)."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -75,12 +76,14 @@ class VLLMEngine(LLMEngine):
             frequency_penalty=options.frequency_penalty,
             ignore_eos=options.ignore_eos,
             output_kind=RequestOutputKind.DELTA,
+            stream_interval=request.stream_interval,
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         from vllm.inputs import TokensPrompt
 
-        prompt_ids = self._prompt_token_ids(request)
+        # Chat template and tokenizer are CPU work: off the replica's event loop.
+        prompt_ids = await asyncio.to_thread(self._prompt_token_ids, request)
         context_ids = prompt_ids + list(request.continuation)
         max_tokens = attempt_budget(len(context_ids), request, self._max_model_len)
         params = self._sampling_params(request, max_tokens)

@@ -10,9 +10,12 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from serve_app.openai.templates import ParamValue
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""Range of the integer sampling fields (`seed`, `top_k`): engines hold them as int64."""
 
 
 def new_id(prefix: str) -> str:
@@ -38,12 +41,12 @@ class SamplingFields(StrictRequest):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT64_MAX)
     """vLLM extension: sample from the k most likely tokens (-1: all)."""
     n: Literal[1] = 1
     """Only one choice per request is served."""
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     presence_penalty: float = Field(default=0.0, ge=-2, le=2)
     frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
     ignore_eos: bool = False
@@ -57,6 +60,23 @@ class SamplingFields(StrictRequest):
     """Values for the template's placeholders."""
     priority: Literal["realtime", "batch"] | None = None
     """Priority class (also settable with the `X-Priority` header)."""
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        if stop == "" or (isinstance(stop, list) and "" in stop):
+            raise ValueError("stop strings must not be empty")
+        return stop
+
+    @property
+    def output_limit(self) -> int | None:
+        """The most output tokens the request asks for."""
+        return self.max_tokens
+
+    @property
+    def output_limit_field(self) -> str:
+        """The field `output_limit` comes from."""
+        return "max_tokens"
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -100,6 +120,10 @@ class ChatCompletionRequest(SamplingFields):
     def output_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def output_limit_field(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | None = None
@@ -118,10 +142,6 @@ class CompletionRequest(SamplingFields):
         if self.template is not None and self.prompt is not None:
             raise ValueError("send either a prompt or a template, not both")
         return self
-
-    @property
-    def output_limit(self) -> int | None:
-        return self.max_tokens
 
 
 # --- responses -------------------------------------------------------------------

@@ -1,27 +1,31 @@
 """The OpenAI-compatible HTTP surface, over any `ModelBackend`.
 
 The Ray Serve ingress (`deployments.ingress`) is one backend; tests plug in an
-in-process one. Everything HTTP lives here: body limits, JSON and UTF-8 checks,
-validation errors, SSE, gzip, and OpenAI-style error bodies.
+in-process one. Everything HTTP lives here: bodies (`serve_app.openai.body`),
+validation errors, SSE, gzip, and OpenAI-style error bodies, each capped at
+`ingress.max_error_chars`; an unexpected exception is a 500 naming only its type.
+
+`/health` is always open. The API schema (`/openapi.json`) needs a valid key
+whenever keys are configured, like every other route; `/docs` and `/redoc` are off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from serve_app.config import PRIORITIES, AppConfig, Priority
+from serve_app.config import PRIORITIES, AppConfig, ModelConfig, Priority
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
 from serve_app.openai.auth import Authenticator
+from serve_app.openai.body import check_limits, parse, read_json_object
 from serve_app.openai.conversion import (
     chat_generation_request,
     chat_response,
@@ -44,8 +48,6 @@ from serve_app.openai.templates import TemplateRegistry
 from serve_app.scheduling.errors import Refused
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
-
-RequestModel = TypeVar("RequestModel", bound=BaseModel)
 
 
 class ModelBackend(Protocol):
@@ -84,40 +86,6 @@ def request_meta(
     return RequestMeta(priority, client, PromptClass(kind, request.template, prompt_chars))
 
 
-async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, within `limit` bytes, or an APIError."""
-    too_large = APIError(413, f"request body exceeds the limit of {limit} bytes", code="body_too_large")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise too_large
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise APIError(400, f"request body is not valid UTF-8 (byte {exc.start})", code="invalid_utf8") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise APIError(
-            400, f"request body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-            code="invalid_json",
-        ) from None
-    if not isinstance(value, dict):
-        raise APIError(400, "request body must be a JSON object", code="invalid_json")
-    return value
-
-
-def parse(model: type[RequestModel], body: dict[str, Any]) -> RequestModel:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        raise APIError.from_validation(exc) from None
-
-
 class OpenAIServer:
     """Request handling shared by both completion endpoints."""
 
@@ -127,6 +95,7 @@ class OpenAIServer:
         self._auth = Authenticator(config.ingress.api_keys)
         self._templates = TemplateRegistry(config.templates)
         self._models = config.model_by_name()
+        self._context = {name: _context_length(model) for name, model in self._models.items()}
         self._created = now()
 
     def authenticate(self, http: Request) -> str | None:
@@ -158,7 +127,7 @@ class OpenAIServer:
         self.authenticate(http)
         return await self._backend.stats()
 
-    def cost(self, http: Request) -> dict[str, Any]:
+    async def cost(self, http: Request) -> dict[str, Any]:
         self.authenticate(http)
         return self._backend.cost()
 
@@ -205,18 +174,26 @@ class OpenAIServer:
 
     async def handle(self, http: Request, endpoint: Endpoint) -> Response:
         client = self.authenticate(http)
-        body = await read_json_object(http, self._config.ingress.max_body_bytes)
-        request = parse(endpoint.request_model, body)
+        ingress = self._config.ingress
+        body = await read_json_object(http, ingress)
+        request = parse(endpoint.request_model, body, ingress.max_error_chars)
         model = self.resolve_model(request.model)
+        check_limits(request, ingress, self._context[model])
         request_id = new_id(endpoint.id_prefix)
         generation = endpoint.to_generation(request, self._templates, request_id)
-        meta = request_meta(http, request, generation, client, self._config.ingress.priorities.default)
+        meta = request_meta(http, request, generation, client, ingress.priorities.default)
         generation = replace(generation, priority=PRIORITIES.index(meta.priority))
         if not request.stream:
             result = await self._complete(model, generation, meta)
             return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
         answering, chunks = await self._open_stream(model, generation, meta)
         return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
+
+
+def _context_length(model: ModelConfig) -> int | None:
+    """The longest context any of the model's pools is configured with; None if one is unknown."""
+    lengths = [model.pool_engine(pool).max_model_len for pool in model.pools]
+    return None if None in lengths else max(lengths)
 
 
 @dataclass(frozen=True)
@@ -243,26 +220,32 @@ def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
 
 
 def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
-    """The FastAPI app serving `/v1/*` and `/health` over `backend`."""
+    """The FastAPI app serving `/v1/*`, `/stats`, `/health` and `/openapi.json` over `backend`."""
     server = OpenAIServer(config, backend)
-    app = FastAPI(title="serve_app", docs_url=None, redoc_url=None)
+    max_chars = config.ingress.max_error_chars
+    app = FastAPI(title="serve_app", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(GZipMiddleware, minimum_size=config.ingress.gzip_min_bytes)
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> Response:
-        return exc.response()
+        return exc.response(max_chars)
 
     @app.exception_handler(Refused)
     async def refused(_: Request, exc: Refused) -> Response:
-        return APIError.from_refusal(exc).response()
+        return APIError.from_refusal(exc).response(max_chars)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return APIError(exc.status_code, str(exc.detail)).response()
+        return APIError(exc.status_code, str(exc.detail)).response(max_chars)
 
     @app.exception_handler(Exception)
     async def unexpected_error(_: Request, exc: Exception) -> Response:
+        # Starlette re-raises it after this response, so the server logs the traceback.
         return APIError(500, f"internal error: {type(exc).__name__}").response()
+
+    async def openapi(http: Request) -> Response:
+        server.authenticate(http)
+        return JSONResponse(app.openapi())
 
     for path, endpoint in (("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETIONS)):
         app.add_api_route(path, server.handler(endpoint), methods=["POST"])
@@ -270,4 +253,5 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     app.add_api_route("/stats", server.stats, methods=["GET"])
     app.add_api_route("/v1/cost", server.cost, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     return app

@@ -6,8 +6,8 @@ from tests.fakes import FakeEngine, start_llm_server
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
 
 
-def request(max_tokens: int | None, prompt: str = "a b c", **fields) -> GenerationRequest:
-    return GenerationRequest(request_id="r", sampling=SamplingOptions(max_tokens=max_tokens), prompt=prompt, **fields)
+def request(max_tokens: int | None, prompt: str = "a b c", request_id: str = "r", **fields) -> GenerationRequest:
+    return GenerationRequest(request_id, SamplingOptions(max_tokens=max_tokens), prompt=prompt, **fields)
 
 
 async def test_refusals_come_back_as_data_not_exceptions():
@@ -18,19 +18,28 @@ async def test_refusals_come_back_as_data_not_exceptions():
 
 
 async def test_stream_yields_each_step_when_not_coalescing():
-    server = await start_llm_server(MODEL.model_copy(update={"stream_interval_ms": 0}), FakeEngine(max_model_len=16))
+    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
     chunks = [item async for item in server.stream(request(3))]
     assert [c.text for c in chunks] == [" w0", " w1", " w2"]
     assert [c.token_ids for c in chunks] == [(0,), (1,), (2,)]
     assert chunks[-1].finish_reason == "length"
 
 
-async def test_stream_coalesces_steps_after_the_first():
-    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
-    chunks = [item async for item in server.stream(request(5))]
-    assert chunks[0].text == " w0" and "".join(c.text for c in chunks) == " w0 w1 w2 w3 w4"
-    assert len(chunks) < 5 and sum(c.num_tokens for c in chunks) == 5
-    assert sum((c.token_ids for c in chunks), ()) == (0, 1, 2, 3, 4)
+async def test_a_busy_replica_asks_the_engine_for_larger_chunks():
+    model = MODEL.model_copy(update={"stream_chunk_tokens": 3, "stream_busy_requests": 2})
+    engine = FakeEngine(max_model_len=64)
+    server = await start_llm_server(model, engine)
+    first = server.stream(request(5, request_id="a"))
+    await anext(first)
+    second = server.stream(request(5, request_id="b"))
+    await anext(second)
+    third = server.stream(request(5, request_id="c"))
+    await anext(third)  # two already in flight: busy
+    assert [r.stream_interval for r in engine.requests] == [1, 1, 3]
+    for stream in (first, second, third):
+        [item async for item in stream]
+    [item async for item in server.stream(request(2))]
+    assert engine.requests[-1].stream_interval == 1  # idle again
 
 
 async def test_continuation_and_stop_after_reach_the_engine():
@@ -40,7 +49,7 @@ async def test_continuation_and_stop_after_reach_the_engine():
 
 
 async def test_routing_stats_count_running_requests_and_their_token_debt():
-    server = await start_llm_server(MODEL.model_copy(update={"stream_interval_ms": 0}), FakeEngine(max_model_len=16))
+    server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
     stream = server.stream(request(5))
     await anext(stream)
     assert server.record_routing_stats() == {"in_flight": 1, "in_flight_tokens": 4}
@@ -60,8 +69,7 @@ async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work()
     imds, node = FakeImds(), FakeNode(SPOT)
     try:
         config = PreemptionConfig(imds_url=imds.url, poll_interval_s=0.05, imds_timeout_s=0.5)
-        model = MODEL.model_copy(update={"stream_interval_ms": 0})
-        server = await start_llm_server(model, FakeEngine(max_model_len=64, step_s=0.05), preemption=config, node=node)
+        server = await start_llm_server(MODEL, FakeEngine(max_model_len=64, step_s=0.05), preemption=config, node=node)
         running = server.stream(request(10))
         first = await anext(running)
         imds.announce(in_s=60)

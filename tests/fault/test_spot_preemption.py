@@ -48,7 +48,7 @@ def app_config() -> AppConfig:
                 "max_num_seqs": 16,
                 "cpu_kv_cache_gib": 1,
             },
-            "stream_interval_ms": 100,
+            "stream_chunk_tokens": 4,
             "pools": [{
                 "name": "default",
                 "spot_share": 0.67,  # of 3 replicas: 1 on-demand, 2 Spot

@@ -3,11 +3,12 @@
 - RayService / RayCluster: the KubeRay v1.7.0 CRDs' openAPIV3Schema, made strict
   (CRD schemas accept unknown fields; here every object that lists `properties`
   and does not preserve unknown fields refuses others).
-- Core objects (Namespace, Service, Deployment, PodDisruptionBudget, the Ray pod
-  templates): `kubernetes-validate` in strict mode.
-- Karpenter NodePool / EC2NodeClass: no schema is available offline, so
-  `KARPENTER` below is HAND-WRITTEN from the Karpenter v1 API reference and
-  covers only the fields these manifests use.
+- Karpenter NodePool / EC2NodeClass: the Karpenter v1.14.1 CRDs'
+  openAPIV3Schema, made strict the same way. Their CEL rules
+  (`x-kubernetes-validations`) are not run by jsonschema; `karpenter_rules`
+  mirrors the few these objects could trip.
+- Core objects (Namespace, Service, Deployment, PodDisruptionBudget,
+  NetworkPolicy, the Ray pod templates): `kubernetes-validate` in strict mode.
 - `kuberay_rules`: checks the KubeRay operator makes at admission (its
   `ValidateRayClusterSpec` / `ValidateRayServiceSpec`) that no schema expresses.
 """
@@ -25,7 +26,8 @@ import yaml
 
 from tests.conftest import REPO
 
-CRD_DIR = REPO.parent / "shared" / "kuberay-crds"
+KUBERAY_CRDS = REPO.parent / "shared" / "kuberay-crds"
+KARPENTER_CRDS = REPO.parent / "shared" / "karpenter-crds"
 
 
 def strict(schema: dict[str, Any]) -> dict[str, Any]:
@@ -45,17 +47,17 @@ def strict(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @cache
-def crd_validator(filename: str) -> tuple[str, str, jsonschema.Draft7Validator]:
+def crd_validator(filename: str, folder: Path = KUBERAY_CRDS) -> tuple[str, str, jsonschema.Draft7Validator]:
     """(apiVersion, kind, validator) of the storage version of one CRD file."""
-    crd = yaml.load((CRD_DIR / filename).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    crd = yaml.load((folder / filename).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
     schema = strict(version["schema"]["openAPIV3Schema"])
     api_version = f"{crd['spec']['group']}/{version['name']}"
     return api_version, crd["spec"]["names"]["kind"], jsonschema.Draft7Validator(schema)
 
 
-def crd_errors(obj: dict[str, Any], filename: str) -> list[str]:
-    api_version, kind, validator = crd_validator(filename)
+def crd_errors(obj: dict[str, Any], filename: str, folder: Path = KUBERAY_CRDS) -> list[str]:
+    api_version, kind, validator = crd_validator(filename, folder)
     errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
     if (obj.get("apiVersion"), obj.get("kind")) != (api_version, kind):
         errors.append(f"expected {api_version} {kind}, got {obj.get('apiVersion')} {obj.get('kind')}")
@@ -76,100 +78,55 @@ def pod_template_object(name: str, template: dict[str, Any], namespace: str) -> 
             "template": template}
 
 
-# --- Karpenter (hand-written) -----------------------------------------------
+# --- Karpenter CEL rules -------------------------------------------------------
 
-STRING = {"type": "string"}
-BOOLEAN = {"type": "boolean"}
-STRING_MAP = {"type": "object", "additionalProperties": STRING}
-DURATION = {"type": "string", "pattern": r"^((([0-9]+(s|m|h))+)|(Never))$"}
-QUANTITY = {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?([KMGTPE]i|[numkMGTPE])?$"}]}
-RESTRICTED_LABEL = (  # node-label domains Karpenter refuses (its allow-list of well-known keys not modelled)
-    r"^(?!([^/]*\.)?(node|node-restriction)\.kubernetes\.io/)([^/]*\.)?(kubernetes\.io|k8s\.io|karpenter\.sh|karpenter\.k8s\.aws)/"
-)
-
-
-def _object(required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "required": list(required), "properties": properties}
-
-
-def _list(item: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"type": "array", "items": item, **extra}
-
-
-def _top(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    metadata = _object(("name",), name=STRING, labels=STRING_MAP, annotations=STRING_MAP)
-    return _object(("apiVersion", "kind", "metadata", "spec"), apiVersion={"const": api_version},
-                   kind={"const": kind}, metadata=metadata, spec=spec)
-
-
-TAINT = _object(("key", "effect"), key=STRING, value=STRING,
-                effect={"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]})
-REQUIREMENT = _object(("key", "operator"), key=STRING, values=_list(STRING),
-                      operator={"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
-                      minValues={"type": "integer", "minimum": 1, "maximum": 50})
-NODE_POOL = _top("karpenter.sh/v1", "NodePool", _object(
-    ("template",),
-    template=_object(
-        ("spec",),
-        metadata=_object(labels={**STRING_MAP, "propertyNames": {"not": {"pattern": RESTRICTED_LABEL}}},
-                         annotations=STRING_MAP),
-        spec=_object(
-            ("nodeClassRef", "requirements"),
-            nodeClassRef=_object(("group", "kind", "name"), group=STRING, kind=STRING, name=STRING),
-            requirements=_list(REQUIREMENT, maxItems=100),
-            taints=_list(TAINT),
-            startupTaints=_list(TAINT),
-            expireAfter=DURATION,
-            terminationGracePeriod=DURATION,
-        ),
-    ),
-    disruption=_object(
-        ("consolidateAfter",),
-        consolidateAfter=DURATION,
-        consolidationPolicy={"enum": ["WhenEmpty", "WhenEmptyOrUnderutilized"]},
-        budgets=_list(_object(("nodes",), nodes={"type": "string", "pattern": r"^((100|[0-9]{1,2})%|[0-9]+)$"},
-                              reasons=_list({"enum": ["Underutilized", "Empty", "Drifted"]}),
-                              schedule=STRING, duration=STRING)),
-    ),
-    limits={"type": "object", "additionalProperties": QUANTITY},
-    weight={"type": "integer", "minimum": 1, "maximum": 100},
-))
-SELECTOR_TERM = _object(id=STRING, name=STRING, tags=STRING_MAP)
-EC2_NODE_CLASS = _top("karpenter.k8s.aws/v1", "EC2NodeClass", {
-    **_object(
-        ("amiSelectorTerms", "subnetSelectorTerms", "securityGroupSelectorTerms"),
-        role=STRING,
-        instanceProfile=STRING,
-        amiFamily={"enum": ["AL2", "AL2023", "Bottlerocket", "Windows2019", "Windows2022", "Custom"]},
-        amiSelectorTerms=_list(_object(alias={"type": "string", "pattern": r"^[a-z0-9]+@(latest|v[0-9]+)$"},
-                                       id=STRING, name=STRING, owner=STRING, tags=STRING_MAP), minItems=1),
-        subnetSelectorTerms=_list(SELECTOR_TERM, minItems=1),
-        securityGroupSelectorTerms=_list(SELECTOR_TERM, minItems=1),
-        blockDeviceMappings=_list(_object(
-            deviceName=STRING, rootVolume=BOOLEAN,
-            ebs=_object(volumeSize=QUANTITY, volumeType={"enum": ["standard", "io1", "io2", "gp2", "gp3", "sc1", "st1"]},
-                        encrypted=BOOLEAN, deleteOnTermination=BOOLEAN, iops={"type": "integer"},
-                        throughput={"type": "integer"}, kmsKeyID=STRING, snapshotID=STRING),
-        )),
-        metadataOptions=_object(httpEndpoint={"enum": ["enabled", "disabled"]},
-                                httpProtocolIPv6={"enum": ["enabled", "disabled"]},
-                                httpPutResponseHopLimit={"type": "integer", "minimum": 1, "maximum": 64},
-                                httpTokens={"enum": ["required", "optional"]}),
-        instanceStorePolicy={"enum": ["RAID0"]},
-        tags=STRING_MAP,
-        userData=STRING,
-    ),
-    "oneOf": [{"required": ["role"]}, {"required": ["instanceProfile"]}],
-})
-KARPENTER = {"NodePool": NODE_POOL, "EC2NodeClass": EC2_NODE_CLASS}
+KARPENTER_CRD_FILES = {"NodePool": "karpenter.sh_nodepools.yaml", "EC2NodeClass": "karpenter.k8s.aws_ec2nodeclasses.yaml"}
+KARPENTER_CEL_MESSAGES = {
+    "NodePool": ['label domain "karpenter.sh" is restricted', 'label "karpenter.sh/nodepool" is restricted',
+                 'label "kubernetes.io/hostname" is restricted', 'label domain "karpenter.k8s.aws" is restricted'],
+    "EC2NodeClass": ["must specify exactly one of ['role', 'instanceProfile']",
+                     "'alias' is improperly formatted, must match the format 'family@version'",
+                     "tag contains a restricted tag matching kubernetes.io/cluster/",
+                     "tag contains a restricted tag matching eks:eks-cluster-name"],
+}
+"""Messages of the CRDs' `x-kubernetes-validations` that `karpenter_rules` mirrors."""
+_RESTRICTED_DOMAINS = ("kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws")
+_ALLOWED_DOMAINS = ("node.kubernetes.io", "node-restriction.kubernetes.io")
+_AMI_FAMILIES = ("al2", "al2023", "bottlerocket", "windows2019", "windows2022", "windows2025")
 
 
 def karpenter_errors(obj: dict[str, Any]) -> list[str]:
-    schema = KARPENTER.get(obj.get("kind", ""))
-    if schema is None:
-        return [f"no hand-written schema for kind {obj.get('kind')}"]
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in jsonschema.Draft7Validator(schema).iter_errors(obj)]
+    """Schema errors of a NodePool or EC2NodeClass against its Karpenter CRD."""
+    filename = KARPENTER_CRD_FILES.get(obj.get("kind", ""))
+    if filename is None:
+        return [f"no Karpenter CRD for kind {obj.get('kind')}"]
+    return crd_errors(obj, filename, KARPENTER_CRDS)
+
+
+def karpenter_rules(obj: dict[str, Any]) -> list[str]:
+    """The CEL rules (`x-kubernetes-validations`, which jsonschema does not run)
+    these objects could trip, plus Karpenter's refusal of node labels in the
+    kubernetes.io / k8s.io domains (checked by its controller, not its CRD)."""
+    spec = obj["spec"]
+    if obj["kind"] == "NodePool":
+        problems = []
+        for key in spec["template"].get("metadata", {}).get("labels", {}):
+            domain = key.split("/")[0] if "/" in key else ""
+            if key in ("karpenter.sh/nodepool", "kubernetes.io/hostname") or (
+                    domain.endswith(_RESTRICTED_DOMAINS) and not domain.endswith(_ALLOWED_DOMAINS)):
+                problems.append(f"node label {key} is restricted")
+        return problems
+    problems = []
+    if ("role" in spec) == ("instanceProfile" in spec):
+        problems.append("must specify exactly one of ['role', 'instanceProfile']")
+    for term in spec["amiSelectorTerms"]:
+        family, at, _version = term.get("alias", "x@x").partition("@")
+        if not at or family not in _AMI_FAMILIES:
+            problems.append(f"AMI alias {term['alias']} is not family@version of a known family")
+    for key in spec.get("tags", {}):
+        if key == "eks:eks-cluster-name" or key.startswith("kubernetes.io/cluster"):
+            problems.append(f"tag {key} is restricted")
+    return problems
 
 
 # --- KubeRay admission rules --------------------------------------------------

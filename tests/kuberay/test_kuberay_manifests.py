@@ -1,39 +1,37 @@
-"""The generator: placements from the built app, groups that host them, sizes,
-drift, and the properties a first apply on EKS depends on."""
+"""The generator: placements from the app's Topology (checked against what Ray's
+own builder makes of the app), groups that host them, sizes, drift, and the
+properties a first apply on EKS depends on."""
 
 from __future__ import annotations
 
 import re
 import shutil
+from collections import Counter
 
 import pytest
 import yaml
 from pydantic import ValidationError
-from ray import serve
 from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import build_from_config
+from serve_app.capacity import MARKET_TYPE_LABEL
 from serve_app.config import AppConfig, app_configs, load_serve_config
-from serve_app.tools.kuberay.render import (
-    MARKET_LABEL,
-    SPOT_TAINT,
-    ClusterSpec,
+from serve_app.tools.kuberay.objects import SPOT_TAINT, rayservice
+from serve_app.tools.kuberay.render import drift, main, render
+from serve_app.tools.kuberay.sizing import (
     Demand,
     NodeType,
-    SpotTiming,
-    drift,
+    ReplicaPlacement,
     group_sizes,
     hosts,
-    load_spec,
-    main,
     node_types,
-    rayservice,
-    render,
+    placement,
     replica_placements,
     selector_matches,
     spot_drain_problems,
     unplaceable,
 )
+from serve_app.tools.kuberay.spec import ClusterSpec, SpotTiming, load_spec
 from tests.conftest import REPO
 from tests.kuberay.schemas import load_documents
 
@@ -52,9 +50,9 @@ def committed_rayservice() -> dict:
     return service
 
 
-def prod_placements():
+def prod_placements() -> list[ReplicaPlacement]:
     apps = app_configs(load_serve_config(SERVE_CONFIG))
-    return [p for name, app in apps.items() for p in replica_placements(build_from_config(app), name)]
+    return [p for name, app in apps.items() for p in replica_placements(app, name)]
 
 
 def app_with(deployment: dict) -> AppConfig:
@@ -62,7 +60,42 @@ def app_with(deployment: dict) -> AppConfig:
 
 
 def spec_nodes(spec: ClusterSpec = SPEC) -> list[NodeType]:
-    return node_types(rayservice(spec, "", {}))
+    return node_types(rayservice(spec))
+
+
+def llm_placements(app: AppConfig) -> list[ReplicaPlacement]:
+    return [p for p in replica_placements(app) if p.deployment.startswith("LLMServer")]
+
+
+def as_ray_builds(config: AppConfig, app: str = "default") -> list[ReplicaPlacement]:
+    """Test oracle: the placements of the deployments Ray's own builder makes of
+    `build_from_config(config)`, as `serve run` deploys them (private Ray API)."""
+    from ray.serve._private.build_app import build_app
+
+    placements = []
+    for deployment in build_app(build_from_config(config), name=app).deployments:
+        replica, deployment_config = deployment._replica_config, deployment._deployment_config
+        bundles = replica.placement_group_bundles
+        if bundles:
+            selectors = replica.placement_group_bundle_label_selector or [{}] * len(bundles)
+            demands = [Demand({k: float(v) for k, v in b.items() if v}, dict(s))
+                       for b, s in zip(bundles, selectors, strict=True)]
+            if replica.placement_group_strategy == "STRICT_PACK":
+                total: Counter[str] = Counter()
+                for demand in demands:
+                    total.update(demand.resources)
+                demands = [Demand(dict(total), {k: v for d in demands for k, v in d.selector.items()})]
+            fallbacks: list[dict] = []
+        else:
+            actor = replica.ray_actor_options
+            demands = [Demand({k: float(v) for k, v in replica.resource_dict.items() if v},
+                              dict(actor.get("label_selector") or {}))]
+            fallbacks = [dict(entry.get("label_selector") or {}) for entry in actor.get("fallback_strategy") or []]
+        scaling = deployment_config.autoscaling_config
+        low, high = (scaling.min_replicas, scaling.max_replicas) if scaling else (deployment_config.num_replicas,) * 2
+        placements.append(ReplicaPlacement(app, deployment.name, tuple(demands), tuple(fallbacks), low, high,
+                                           deployment_config.graceful_shutdown_timeout_s))
+    return sorted(placements, key=lambda p: p.deployment)
 
 
 def pod_templates(service: dict) -> list[tuple[dict, dict]]:
@@ -117,8 +150,26 @@ def test_serve_config_v2_is_what_serve_run_deploys():
     source = load_serve_config(SERVE_CONFIG)
     assert embedded == source
     assert ServeDeploySchema.model_validate(embedded) == ServeDeploySchema.model_validate(source)
-    built = {name: replica_placements(build_from_config(app), name) for name, app in app_configs(embedded).items()}
-    assert [p for placements in built.values() for p in placements] == prod_placements()
+    for name, app in app_configs(embedded).items():
+        assert sorted(replica_placements(app, name), key=lambda p: p.deployment) == as_ray_builds(app, name)
+
+
+@pytest.mark.parametrize("deployment", [
+    {"num_replicas": 2},  # no ray_actor_options: Serve's default num_cpus, and its graceful shutdown timeout
+    {"autoscaling_config": {"max_replicas": 3}, "ray_actor_options": {"num_gpus": 1, "memory": 2**30,
+                                                                      "resources": {"custom": 2}}},
+    {"num_replicas": 1, "placement_group_bundles": [{"CPU": 1}, {"GPU": 1}, {"GPU": 1}],
+     "placement_group_strategy": "PACK", "ray_actor_options": {"num_cpus": 1}},
+])
+def test_placements_from_the_topology_are_what_ray_builds(deployment):
+    app = app_with(deployment)
+    assert sorted(replica_placements(app), key=lambda p: p.deployment) == as_ray_builds(app)
+
+
+def test_the_oracle_sees_a_difference():
+    ours = sorted(replica_placements(app_with({"num_replicas": 2})), key=lambda p: p.deployment)
+    theirs = as_ray_builds(app_with({"num_replicas": 3}))
+    assert ours != theirs
 
 
 # --- what replicas need vs what groups offer ------------------------------------
@@ -144,51 +195,47 @@ def test_group_sizes_hold_every_deployment_at_min_and_at_max():
 
 def test_a_replica_no_group_can_host_is_reported():
     wrong_label = app_with({"num_replicas": 1, "ray_actor_options": {
-        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_LABEL: "reserved"}}})
+        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_TYPE_LABEL: "reserved"}}})
     too_big = app_with({"num_replicas": 1, "ray_actor_options": {"num_cpus": 4, "num_gpus": 16}})
     for app in (wrong_label, too_big):
-        problems = unplaceable(replica_placements(build_from_config(app)), spec_nodes())
+        problems = unplaceable(replica_placements(app), spec_nodes())
         assert len(problems) == 1 and problems[0].startswith("LLMServer-m-default:"), problems
 
 
 def test_a_fallback_no_group_can_host_is_reported():
     app = app_with({"num_replicas": 1, "ray_actor_options": {
-        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_LABEL: "spot"},
-        "fallback_strategy": [{"label_selector": {MARKET_LABEL: "reserved"}}]}})
-    problems = unplaceable(replica_placements(build_from_config(app)), spec_nodes())
+        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_TYPE_LABEL: "spot"},
+        "fallback_strategy": [{"label_selector": {MARKET_TYPE_LABEL: "reserved"}}]}})
+    problems = unplaceable(replica_placements(app), spec_nodes())
     assert len(problems) == 1 and "fallback" in problems[0]
 
 
-class Dummy:
-    pass
-
-
-def strict_pack_app(selector: dict[str, str]):
-    return serve.deployment(Dummy).options(
-        name="tp4", num_replicas=2, ray_actor_options={"num_cpus": 2},
-        placement_group_bundles=[{"CPU": 2}] + [{"GPU": 1}] * 4, placement_group_strategy="STRICT_PACK",
-        placement_group_bundle_label_selector=[selector],
-    ).bind()
+def strict_pack_placement(selector: dict[str, str]) -> ReplicaPlacement:
+    return placement("default", "tp4", {
+        "num_replicas": 2, "ray_actor_options": {"num_cpus": 2},
+        "placement_group_bundles": [{"CPU": 2}] + [{"GPU": 1}] * 4, "placement_group_strategy": "STRICT_PACK",
+        "placement_group_bundle_label_selector": [selector],
+    })
 
 
 def test_strict_pack_bundles_need_one_pod_with_all_their_gpus():
-    (placement,) = replica_placements(strict_pack_app({MARKET_LABEL: "spot"}))
-    (demand,) = placement.demands
+    tp4 = strict_pack_placement({MARKET_TYPE_LABEL: "spot"})
+    (demand,) = tp4.demands
     assert demand.resources == {"CPU": 2.0, "GPU": 4.0}
     nodes = spec_nodes()
     able = [node.group for node in hosts(demand, nodes)]
     assert able == [g.name for g in SPEC.groups if g.gpus >= 4 and SPEC.pool(g.node_pool).capacity_type == "spot"]
-    sizes = group_sizes([placement], nodes)
+    sizes = group_sizes([tp4], nodes)
     assert sizes[able[0]] == (2, 2)  # one 4-GPU replica per pod
     without = SPEC.model_copy(update={"groups": [g for g in SPEC.groups if g.name not in able]})
-    assert unplaceable([placement], spec_nodes(without))
+    assert unplaceable([tp4], spec_nodes(without))
 
 
 def test_spot_pinned_replicas_count_on_spot_and_their_fallback_on_on_demand():
     app = app_with({"autoscaling_config": {"min_replicas": 1, "max_replicas": 3}, "ray_actor_options": {
-        "num_cpus": 4, "num_gpus": 1, "label_selector": {MARKET_LABEL: "spot"},
-        "fallback_strategy": [{"label_selector": {MARKET_LABEL: "on-demand"}}]}})
-    sizes = group_sizes(replica_placements(build_from_config(app)), spec_nodes())
+        "num_cpus": 4, "num_gpus": 1, "label_selector": {MARKET_TYPE_LABEL: "spot"},
+        "fallback_strategy": [{"label_selector": {MARKET_TYPE_LABEL: "on-demand"}}]}})
+    sizes = group_sizes(llm_placements(app), spec_nodes())
     # 1-GPU pods hold one replica each; the fallback may take all of them at max.
     assert sizes["gpu-spot"] == (1, 3)
     assert sizes["gpu-ondemand"] == (0, 3)
@@ -197,21 +244,20 @@ def test_spot_pinned_replicas_count_on_spot_and_their_fallback_on_on_demand():
 
 def test_small_replicas_share_a_pod():
     node = NodeType("g", {"CPU": 7.0}, {})
-    placement = replica_placements(build_from_config(app_with({"num_replicas": 3, "ray_actor_options": {"num_cpus": 2}})))
-    llm = [p for p in placement if p.deployment.startswith("LLMServer")]
-    assert group_sizes(llm, [node]) == {"g": (1, 1)}  # 3 x 2 CPUs in 7
-    bigger = replica_placements(build_from_config(app_with({"num_replicas": 3, "ray_actor_options": {"num_cpus": 4}})))
-    assert group_sizes([p for p in bigger if p.deployment.startswith("LLMServer")], [node]) == {"g": (3, 3)}
+    small = llm_placements(app_with({"num_replicas": 3, "ray_actor_options": {"num_cpus": 2}}))
+    assert group_sizes(small, [node]) == {"g": (1, 1)}  # 3 x 2 CPUs in 7
+    bigger = llm_placements(app_with({"num_replicas": 3, "ray_actor_options": {"num_cpus": 4}}))
+    assert group_sizes(bigger, [node]) == {"g": (3, 3)}
 
 
 @pytest.mark.parametrize("selector, labels, expected", [
-    ({MARKET_LABEL: "spot"}, {MARKET_LABEL: "spot"}, True),
-    ({MARKET_LABEL: "spot"}, {MARKET_LABEL: "on-demand"}, False),
-    ({MARKET_LABEL: "spot"}, {}, False),
-    ({MARKET_LABEL: "!spot"}, {MARKET_LABEL: "on-demand"}, True),
-    ({MARKET_LABEL: "!spot"}, {}, True),
-    ({MARKET_LABEL: "in(spot, on-demand)"}, {MARKET_LABEL: "on-demand"}, True),
-    ({MARKET_LABEL: "!in(spot,on-demand)"}, {MARKET_LABEL: "spot"}, False),
+    ({MARKET_TYPE_LABEL: "spot"}, {MARKET_TYPE_LABEL: "spot"}, True),
+    ({MARKET_TYPE_LABEL: "spot"}, {MARKET_TYPE_LABEL: "on-demand"}, False),
+    ({MARKET_TYPE_LABEL: "spot"}, {}, False),
+    ({MARKET_TYPE_LABEL: "!spot"}, {MARKET_TYPE_LABEL: "on-demand"}, True),
+    ({MARKET_TYPE_LABEL: "!spot"}, {}, True),
+    ({MARKET_TYPE_LABEL: "in(spot, on-demand)"}, {MARKET_TYPE_LABEL: "on-demand"}, True),
+    ({MARKET_TYPE_LABEL: "!in(spot,on-demand)"}, {MARKET_TYPE_LABEL: "spot"}, False),
 ])
 def test_label_selector_semantics(selector, labels, expected):
     assert selector_matches(selector, labels) is expected
@@ -222,7 +268,7 @@ def test_label_selector_semantics(selector, labels, expected):
 
 
 def test_spot_groups_drain_within_the_notice():
-    spot_groups = [g for g, _ in pod_templates(committed_rayservice())[1:] if g["labels"][MARKET_LABEL] == "spot"]
+    spot_groups = [g for g, _ in pod_templates(committed_rayservice())[1:] if g["labels"][MARKET_TYPE_LABEL] == "spot"]
     assert spot_groups
     for group in spot_groups:
         pod = group["template"]["spec"]
@@ -236,8 +282,8 @@ def test_spot_groups_drain_within_the_notice():
 
 def test_a_spot_replica_slower_than_the_drain_is_reported():
     app = app_with({"num_replicas": 1, "graceful_shutdown_timeout_s": 300, "ray_actor_options": {
-        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_LABEL: "spot"}}})
-    problems = spot_drain_problems(replica_placements(build_from_config(app)), spec_nodes(), SPEC.spot.drain_timeout_s)
+        "num_cpus": 1, "num_gpus": 1, "label_selector": {MARKET_TYPE_LABEL: "spot"}}})
+    problems = spot_drain_problems(replica_placements(app), spec_nodes(), SPEC.spot.drain_timeout_s)
     assert len(problems) == 1 and "300" in problems[0]
 
 
@@ -254,7 +300,7 @@ def test_head_schedules_nothing_on_demand_and_the_cluster_autoscales_with_gcs_ft
     cluster = spec["rayClusterConfig"]
     head = cluster["headGroupSpec"]
     assert head["rayStartParams"]["num-cpus"] == "0"
-    assert head["labels"][MARKET_LABEL] == "on-demand"
+    assert head["labels"][MARKET_TYPE_LABEL] == "on-demand"
     assert head["template"]["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] == "on-demand"
     assert cluster["enableInTreeAutoscaling"] is True and cluster["autoscalerOptions"]["version"] == "v2"
     assert cluster["gcsFaultToleranceOptions"]["redisPassword"]["valueFrom"]["secretKeyRef"]
@@ -266,7 +312,7 @@ def test_head_schedules_nothing_on_demand_and_the_cluster_autoscales_with_gcs_ft
 def test_ray_labels_match_the_node_capacity_type_and_groups_spread_over_zones():
     for group, template in pod_templates(committed_rayservice()):
         pod = template["spec"]
-        assert group["labels"][MARKET_LABEL] == pod["nodeSelector"]["karpenter.sh/capacity-type"]
+        assert group["labels"][MARKET_TYPE_LABEL] == pod["nodeSelector"]["karpenter.sh/capacity-type"]
         if "groupName" in group:
             (spread,) = pod["topologySpreadConstraints"]
             assert spread["topologyKey"] == "topology.kubernetes.io/zone"
@@ -322,17 +368,6 @@ def test_gcs_redis_is_the_redis_of_the_manifests_and_no_secret_value_is_in_git()
     for template in all_pod_templates():
         for var in template["spec"]["containers"][0].get("env", []):
             assert "value" not in var or not re.search("PASSWORD|TOKEN|KEY", var["name"]), var
-
-
-def test_api_keys_reach_every_ray_container_from_the_secret():
-    apps = {"llm": AppConfig.model_validate({
-        "models": [{"name": "m", "engine": {"model": "unused"}}],
-        "ingress": {"api_keys": [{"name": "team-a", "env": "TEAM_A_KEY"}, {"name": "ci", "sha256": "0" * 64}]},
-    })}
-    for _, template in pod_templates(rayservice(SPEC, "", apps)):
-        env = {var["name"]: var for var in template["spec"]["containers"][0]["env"]}
-        ref = env["TEAM_A_KEY"]["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": SPEC.secrets.api_keys, "key": "TEAM_A_KEY", "optional": False}
 
 
 def test_every_worker_group_has_a_disruption_budget():

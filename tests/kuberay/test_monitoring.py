@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from serve_app.tools.kuberay.render import METRICS_PORT, load_spec
+from serve_app.tools.kuberay.objects import METRICS_PORT
+from serve_app.tools.kuberay.spec import load_spec
 from tests.conftest import REPO
 from tests.kuberay.schemas import load_documents
 

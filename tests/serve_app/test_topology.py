@@ -41,3 +41,15 @@ def test_pools_get_the_least_loaded_router_unless_they_name_one_and_slots_come_f
     assert short.options["request_router_config"] == REQUEST_ROUTER_CONFIG and short.slots_per_replica == 8
     assert long.options["request_router_config"] == {"request_routing_stats_period_s": 5}
     assert [d.name for d in topology.deployments] == ["LLMServer-m-short", "LLMServer-m-long"]
+
+
+def test_replicas_get_serve_headroom_over_their_slots_and_run_at_normal_priority():
+    config = AppConfig.model_validate({"models": [{
+        "name": "m", "engine": {"model": "x"},
+        "deployment": {"max_ongoing_requests": 32,
+                       "ray_actor_options": {"num_cpus": 1, "runtime_env": {"env_vars": {"A": "1"}}}},
+    }]})
+    (deployment,) = Topology(config).deployments
+    assert deployment.slots_per_replica == 32 and deployment.options["max_ongoing_requests"] == 40
+    assert deployment.options["ray_actor_options"]["runtime_env"]["env_vars"] == {"RAY_worker_niceness": "0", "A": "1"}
+    assert config.models[0].deployment.serve_options()["ray_actor_options"]["runtime_env"]["env_vars"] == {"A": "1"}
