@@ -20,7 +20,7 @@ test-unit: setup
 	$(PY) -m pytest -v -m "not e2e and not slow and not cluster" tests
 
 validate: setup
-	$(PY) -m serve_app.cli validate configs/local.yaml configs/prod.yaml
+	$(PY) -m serve_app.tools.cli validate configs/local.yaml configs/prod.yaml
 
 bench: setup
 	$(PY) benchmarks/throughput.py --config $(CONFIG)

@@ -18,7 +18,7 @@ from serve_app.capacity.decode_speed import DecodeSpeed
 from serve_app.config import Priority
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
 from serve_app.logs import logger_for
-from serve_app.scheduling.errors import ReplicaUnavailable
+from serve_app.scheduling.errors import Overloaded, ReplicaUnavailable
 from serve_app.topology import Topology
 
 logger = logger_for(__name__)
@@ -26,7 +26,7 @@ logger = logger_for(__name__)
 ENGINE_INFO_TIMEOUT_S = 5.0
 """How long `/stats` waits for a replica to say what its engine resolved."""
 
-_RETRYABLE = (RayActorError, BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError)
+_REPLICA_LOST = (RayActorError, DeploymentUnavailableError, ReplicaUnavailableError)
 
 AttemptRecorder = Callable[[str, str, str, int, int, int], None]
 """(model, pool, capacity type, prompt tokens, output tokens, requests) of one attempt."""
@@ -62,6 +62,9 @@ class ServePoolClient:
         """Requests the pool's running replicas take at once, over all its deployments."""
         return sum(self._running.get(d.name, 0) * d.slots_per_replica
                    for d in self._topology.pool(model, pool).values())
+
+    def has_replicas(self, model: str, pool: str) -> bool:
+        return any(self._running.get(d.name, 0) for d in self._topology.pool(model, pool).values())
 
     def running(self, model: str, pool: str) -> dict[str, int]:
         return {side: self._running.get(d.name, 0) for side, d in self._topology.pool(model, pool).items()}
@@ -120,7 +123,10 @@ class ServePoolClient:
             ended = True
             if first_token_at is not None:
                 self._decode_speed.observe(name, tokens, time.monotonic() - first_token_at)
-        except _RETRYABLE as exc:
+        except BackPressureError:
+            # Serve's own queue in front of the replicas is full: load, not a lost replica.
+            raise Overloaded(f"{name}: Serve's queue is full", retry_after_s=1) from None
+        except _REPLICA_LOST as exc:
             self._running[name] = max(0, self._running.get(name, 0) - 1)
             raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
         except Exception as exc:

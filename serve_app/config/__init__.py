@@ -19,10 +19,11 @@ from serve_app.config.ingress import (
     TemplateConfig,
 )
 from serve_app.config.model import FallbackConfig, ModelConfig, PoolConfig
+from serve_app.config.scheduling import LengthSchedulingConfig
 
 __all__ = [
     "APP_POLICY", "ENGINE_BACKENDS", "PRIORITIES", "ApiKeyConfig", "AppConfig", "DeploymentOptions", "EngineConfig",
-    "FallbackConfig", "IngressConfig", "InstancePrice", "ModelConfig", "NoticeCapConfig", "PoolConfig",
+    "FallbackConfig", "IngressConfig", "InstancePrice", "LengthSchedulingConfig", "ModelConfig", "NoticeCapConfig", "PoolConfig",
     "PredictorConfig", "PreemptionConfig", "PriceTable", "Priority", "PriorityConfig",
     "QueueDurationAppPolicyConfig", "QueueDurationAutoscaling", "ReplicaShape", "StrictModel", "TemplateConfig",
     "app_configs", "load_serve_config",

@@ -116,7 +116,16 @@ class IngressConfig(StrictModel):
     gzip_min_bytes: int = Field(default=1024, ge=0)
     """Responses at least this large are gzip-compressed for clients that accept it."""
     request_timeout_s: float = Field(default=600.0, gt=0)
-    """Longest a non-streamed request may take before the ingress answers 504."""
+    """Longest a request may take: a non-streamed one then gets 504, a stream an
+    error event. Enforced by the ingress itself, whatever timeout a client asks
+    Serve's proxy for."""
+    queue_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest a request waits in a pool's queue for a slot before 503 +
+    `Retry-After` (also while a pool scales up from zero)."""
+    stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest a running attempt may go without output (the first chunk
+    included) before its replica counts as hung and the request resumes
+    elsewhere, or ends with an error event when no retry is left."""
     predictor: PredictorConfig = Field(default_factory=PredictorConfig)
     """Output-length prediction."""
     priorities: PriorityConfig = Field(default_factory=PriorityConfig)

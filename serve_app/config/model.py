@@ -11,6 +11,7 @@ from serve_app.config.base import StrictModel
 from serve_app.config.deployment import DeploymentOptions
 from serve_app.config.engine import ENGINE_BACKENDS, EngineConfig
 from serve_app.config.ingress import Priority
+from serve_app.config.scheduling import LengthSchedulingConfig
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
 
@@ -71,6 +72,9 @@ class ModelConfig(StrictModel):
     means no bucketing."""
     fallback: FallbackConfig | None = None
     """Serve some priorities from another model while this one has no replica."""
+    length_scheduling: LengthSchedulingConfig = Field(default_factory=LengthSchedulingConfig)
+    """Length-aware order and caps inside each pool (the pools themselves split
+    by length only where they own compute)."""
     overrun: Literal["rebucket", "finish"] = "rebucket"
     """A request that reaches its bucket's edge unfinished: `rebucket` continues
     it (same stream, from the tokens so far) on the next bucket's pool;

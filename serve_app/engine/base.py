@@ -38,6 +38,10 @@ class GenerationRequest:
     """Output token ids already sent to the client by an earlier attempt: the
     engine appends them to the prompt and generates what follows (resume,
     re-bucket). `sampling.max_tokens` then counts the new tokens only."""
+    continuation_chars: int = 0
+    """Characters of the continuation's text the client already has. An engine
+    may have held back the rest (a possible stop-string start) when the earlier
+    attempt ended; the next attempt sends it, or finds the stop string in it."""
     stop_after: int | None = None
     """Stop after this many new tokens (finish reason `length`) even if
     `max_tokens` allows more: the bucket edge, after which the ingress continues
@@ -47,6 +51,9 @@ class GenerationRequest:
     `scheduling_policy: priority`."""
     stream_interval: int = 1
     """Output tokens gathered per streamed chunk (the first and last at once)."""
+    cache_salt: str | None = None
+    """Isolates prefix-cache reuse: requests with different salts never share
+    cached blocks (one tenant cannot time another's prompts)."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -45,7 +45,7 @@ from serve_app.openai.protocol import (
     now,
 )
 from serve_app.openai.templates import TemplateRegistry
-from serve_app.scheduling.errors import Refused
+from serve_app.scheduling.errors import DeadlineExceeded, Refused
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
 
@@ -131,12 +131,26 @@ class OpenAIServer:
         self.authenticate(http)
         return self._backend.cost()
 
-    async def _complete(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult:
+    async def _complete(
+        self, http: Request, model: str, request: GenerationRequest, meta: RequestMeta
+    ) -> GenerationResult | None:
+        """The whole answer; None when the client went away first (the work is
+        cancelled). Both guards are the ingress's own, so no header a client
+        sends to Serve's proxy can turn off the timeout or the cancellation."""
+        work = asyncio.ensure_future(self._backend.generate(model, request, meta))
+        gone = asyncio.ensure_future(_client_gone(http))
         try:
             async with asyncio.timeout(self._config.ingress.request_timeout_s):
-                result = await self._backend.generate(model, request, meta)
+                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             raise APIError(504, "the request took longer than the server allows", code="timeout") from None
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+        if work.cancelled():
+            return None
+        result = work.result()
         if isinstance(result, EngineError):
             raise APIError.from_engine(result)
         return result
@@ -182,12 +196,24 @@ class OpenAIServer:
         request_id = new_id(endpoint.id_prefix)
         generation = endpoint.to_generation(request, self._templates, request_id)
         meta = request_meta(http, request, generation, client, ingress.priorities.default)
-        generation = replace(generation, priority=PRIORITIES.index(meta.priority))
+        generation = replace(generation, cache_salt=client)  # with keys on: no prefix-cache sharing across tenants
         if not request.stream:
-            result = await self._complete(model, generation, meta)
+            result = await self._complete(http, model, generation, meta)
+            if result is None:
+                return Response(status_code=CLIENT_CLOSED_REQUEST)
             return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
         answering, chunks = await self._open_stream(model, generation, meta)
         return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
+
+
+CLIENT_CLOSED_REQUEST = 499
+"""Status logged for a request whose client left before the answer (nginx's convention)."""
+
+
+async def _client_gone(http: Request) -> None:
+    """Returns once the client disconnects (the body has been read already)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _context_length(model: ModelConfig) -> int | None:
@@ -233,6 +259,10 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     @app.exception_handler(Refused)
     async def refused(_: Request, exc: Refused) -> Response:
         return APIError.from_refusal(exc).response(max_chars)
+
+    @app.exception_handler(DeadlineExceeded)
+    async def deadline(_: Request, exc: DeadlineExceeded) -> Response:
+        return APIError(504, f"the request took longer than the server allows ({exc})", code="timeout").response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:

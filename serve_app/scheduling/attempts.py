@@ -30,8 +30,9 @@ class Attempt:
 
 
 def plan_attempt(request: GenerationRequest, pool: PoolConfig, rebucket: bool, number: int,
-                 sent: tuple[int, ...]) -> Attempt:
-    """Attempt `number` (0 first) of `request` on `pool`, after `sent` output tokens."""
+                 sent: tuple[int, ...], sent_chars: int) -> Attempt:
+    """Attempt `number` (0 first) of `request` on `pool`, after `sent` output
+    tokens of which the client has `sent_chars` characters of text."""
     produced = len(sent)
     limit = request.sampling.max_tokens
     remaining = None if limit is None else limit - produced
@@ -43,6 +44,7 @@ def plan_attempt(request: GenerationRequest, pool: PoolConfig, rebucket: bool, n
         sampling=replace(request.sampling, max_tokens=remaining),
         stop_after=edge if at_edge else None,
         continuation=sent,
+        continuation_chars=sent_chars,
     )
     return Attempt(attempt, pool.max_output_tokens if at_edge else None)
 

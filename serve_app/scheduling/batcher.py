@@ -1,34 +1,47 @@
 """The length-bucket batcher: predict, bucket, admit, dispatch, continue.
 
 Each request's output length is predicted (`LengthPredictor`); the prediction
-picks the model's pool (its length bucket); the pool's `PoolQueue` admits it or
-refuses (`Overloaded`), and hands it a slot realtime-first. The request then
-streams from the pool through a `PoolClient`, attempt by attempt
-(`serve_app.scheduling.attempts`): on to the next pool at a bucket's edge,
-re-sent or resumed when a replica is lost. No Ray and no HTTP here: the
-ingress supplies the client and maps the refusals.
+picks the model's pool (its length bucket) and, under length-aware scheduling,
+its place in the pool's queue, whether it counts as long (capped by
+`LongCapPolicy`) and its engine priority. The pool's `PoolQueue` admits it or
+refuses (`Overloaded`). The request then streams from the pool through a
+`PoolClient`, attempt by attempt (`serve_app.scheduling.attempts`): on to the
+next pool at a bucket's edge, re-sent or resumed when a replica is lost or
+hangs, on another pool of the model when its own has no replica left. No Ray
+and no HTTP here: the ingress supplies the client and maps the refusals.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import replace
 
-from serve_app.config import AppConfig, ModelConfig, PoolConfig, Priority
+from serve_app.config import PRIORITIES, AppConfig, ModelConfig, PoolConfig, Priority
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
-from serve_app.scheduling.admission import AdmissionPolicy, PoolQueue, PoolStats
+from serve_app.scheduling.admission import AdmissionPolicy, PoolQueue, PoolStats, Rank, Slot
 from serve_app.scheduling.attempts import RetryPolicy, plan_attempt
-from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
+from serve_app.scheduling.errors import (
+    DeadlineExceeded,
+    Overloaded,
+    RateLimited,
+    Refused,
+    ReplicaUnavailable,
+    Unavailable,
+)
+from serve_app.scheduling.long_cap import LongCapPolicy
 from serve_app.scheduling.predictor import LengthPredictor
 from serve_app.scheduling.rate_limit import RateLimiter
 from serve_app.scheduling.types import PoolClient, RequestMeta, RequestRecord, SchedulerObserver
 
 RETRYABLE_ENGINE_CODES = frozenset({"replica_draining"})
 """Refusals a replica sends before any output that another replica can serve."""
+ENGINE_PRIORITY_STRIDE = 1_000_000
+"""Engine priority = priority class x this + predicted tokens (lower first)."""
 
 
 def bucket_index(pools: list[PoolConfig], predicted_tokens: int) -> int:
@@ -48,6 +61,7 @@ class LengthBucketBatcher:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        self._ingress = config.ingress
         self._models = config.model_by_name()
         self._client = client
         self._observer = observer
@@ -59,15 +73,29 @@ class LengthBucketBatcher:
         """Requests re-bucketed, re-sent and resumed since start."""
         self._limiter = RateLimiter(config.ingress.api_keys, clock)
         policy = AdmissionPolicy(config.ingress.priorities.batch_queue_share)
-        self._queues = {
-            (model.name, pool.name): PoolQueue(pool.queue_size, policy, slots=0, clock=clock)
-            for model in config.models
-            for pool in model.pools
-        }
+        self._queues: dict[tuple[str, str], PoolQueue] = {}
+        self._long_caps: dict[tuple[str, str], LongCapPolicy] = {}
+        for model in config.models:
+            scheduling = model.length_scheduling
+            for pool in model.pools:
+                aging = scheduling.aging_tokens_per_s if scheduling.enabled else None
+                self._queues[(model.name, pool.name)] = PoolQueue(pool.queue_size, policy, 0, clock, aging)
+                if scheduling.enabled:
+                    self._long_caps[(model.name, pool.name)] = LongCapPolicy(scheduling)
 
-    def set_slots(self, model: str, pool: str, slots: int) -> None:
-        """Requests the pool may run at once (its running replicas' slots)."""
-        self._queues[(model, pool)].set_slots(slots)
+    def set_slots(self, model: str, pool: str, slots: int, down_reason: str | None = None) -> None:
+        """Requests the pool may run at once (its running replicas' slots), and
+        why it has none and none starting, if so."""
+        long_cap = self._long_caps.get((model, pool))
+        cap = long_cap.decide(slots).cap if long_cap is not None else None
+        self._queues[(model, pool)].set_slots(slots, cap, down_reason)
+
+    def set_ingress_replicas(self, count: int) -> None:
+        """Each of `count` ingress replicas takes its share of queues and rate limits."""
+        count = max(1, count)
+        self._limiter.set_share(1 / count)
+        for (model, pool), queue in self._queues.items():
+            queue.set_queue_size(math.ceil(self._models[model].pool(pool).queue_size / count))
 
     def stats(self) -> dict[tuple[str, str], PoolStats]:
         return {key: queue.stats() for key, queue in self._queues.items()}
@@ -90,7 +118,8 @@ class LengthBucketBatcher:
         self, model: str, request: GenerationRequest, meta: RequestMeta
     ) -> AsyncIterator[GenerationChunk | EngineError]:
         """The request's output, one stream over all its attempts. Raises
-        `RateLimited`, `Overloaded` or `Unavailable` before any output."""
+        `RateLimited`, `Overloaded`, `Unavailable` or `DeadlineExceeded` before
+        any output; after it, failures end the stream with an `EngineError`."""
         config = self._models[model]
         prediction = self._predictor.predict(meta.prompt_class, request.sampling.max_tokens)
         index = bucket_index(config.pools, prediction.tokens)
@@ -99,15 +128,19 @@ class LengthBucketBatcher:
             self._queues[(model, config.pools[index].name)].note_diverted()
             config = fallback
             index = bucket_index(config.pools, prediction.tokens)
-        record = RequestRecord(
-            config.name, config.pools[index].name, meta.priority, meta.client, prediction.tokens, prediction.source
-        )
+        scheduling = config.length_scheduling
+        long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
+        record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
+                               prediction.tokens, prediction.source, long=long)
         estimate = meta.prompt_class.prompt_chars // 4 + prediction.tokens
         decision = self._limiter.admit(meta.client, estimate)
         if not decision.allowed:
             record.status = "rejected"
             self._observer.finished(record)
             raise RateLimited(f"rate limit reached for {meta.client}: {decision.reason}", max(1, decision.retry_after_s))
+        rank = PRIORITIES.index(meta.priority)
+        length_rank = prediction.tokens if scheduling.enabled else 0
+        request = replace(request, priority=rank * ENGINE_PRIORITY_STRIDE + min(length_rank, ENGINE_PRIORITY_STRIDE - 1))
         started = self._clock()
         try:
             async for item in self._run(config, index, request, meta, record, started):
@@ -120,8 +153,14 @@ class LengthBucketBatcher:
             self._limiter.settle(meta.client, estimate, record.prompt_tokens + record.output_tokens)
             if record.status == "ok":
                 self._predictor.observe(meta.prompt_class, record.output_tokens)
+                self._observe_tpot(config.name, record)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)
             self._observer.finished(record)
+
+    def _observe_tpot(self, model: str, record: RequestRecord) -> None:
+        long_cap = self._long_caps.get((model, record.pool))
+        if long_cap is not None and not record.long and record.ttft_s is not None and record.output_tokens > 1:
+            long_cap.observe_short_tpot((record.latency_s - record.ttft_s) / (record.output_tokens - 1))
 
     def _fallback(self, config: ModelConfig, priority: Priority) -> ModelConfig | None:
         """The model to serve instead while `config`'s pools have no replica."""
@@ -131,18 +170,45 @@ class LengthBucketBatcher:
             return None
         return self._models[config.fallback.model]
 
-    async def _acquire(self, model: str, pool: str, priority: Priority | str, record: RequestRecord) -> PoolQueue:
+    def _alternative_pool(self, config: ModelConfig, index: int) -> int | None:
+        """Another pool of the model with replicas, later (longer) ones first."""
+        order = [*range(index + 1, len(config.pools)), *range(index - 1, -1, -1)]
+        return next((i for i in order if self._client.has_replicas(config.name, config.pools[i].name)), None)
+
+    def _remaining_s(self, started: float) -> float:
+        return self._ingress.request_timeout_s - (self._clock() - started)
+
+    async def _acquire(self, model: str, pool: str, rank: Rank, record: RequestRecord, started: float) -> Slot:
         queue = self._queues[(model, pool)]
+        timeout_s = min(self._ingress.queue_timeout_s, max(0.0, self._remaining_s(started)))
         try:
-            wait = await queue.acquire(priority)  # type: ignore[arg-type]
+            slot = await queue.acquire(rank, record.predicted_tokens, record.long, timeout_s)
         except Overloaded as exc:
             record.status = "rejected"
             raise Overloaded(f"model {model!r} is at capacity ({pool} pool: {exc.message}); retry later",
                              exc.retry_after_s) from None
-        record.queue_wait_s += wait
+        record.queue_wait_s += slot.waited_s
         record.pools.append(pool)
-        self._observer.dispatched(model, pool, wait)
-        return queue
+        self._observer.dispatched(model, pool, slot.waited_s)
+        return slot
+
+    async def _attempt(self, model: str, pool: str, request: GenerationRequest, priority: Priority,
+                       started: float) -> AsyncIterator[GenerationChunk | EngineError]:
+        """One attempt's output; no chunk within `stream_idle_timeout_s` means a hung
+        replica (`ReplicaUnavailable`), past the request's deadline `DeadlineExceeded`."""
+        async with aclosing(self._client.stream(model, pool, request, priority)) as chunks:
+            while True:
+                remaining = self._remaining_s(started)
+                try:
+                    async with asyncio.timeout(min(self._ingress.stream_idle_timeout_s, max(0.0, remaining))):
+                        item = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    if self._remaining_s(started) <= 0:
+                        raise DeadlineExceeded(f"over the {self._ingress.request_timeout_s:g}s request limit") from None
+                    raise ReplicaUnavailable(f"no output for {self._ingress.stream_idle_timeout_s:g}s") from None
+                yield item
 
     async def _run(
         self,
@@ -153,60 +219,68 @@ class LengthBucketBatcher:
         record: RequestRecord,
         started: float,
     ) -> AsyncIterator[GenerationChunk | EngineError]:
-        held: PoolQueue | None = await self._acquire(config.name, config.pools[index].name, meta.priority, record)
+        slot: Slot | None = await self._acquire(config.name, config.pools[index].name, meta.priority, record, started)
         sent: list[int] = []
-        failures = 0
+        sent_chars = failures = 0
+        rebucket = config.overrun == "rebucket"
         try:
             while True:
                 pool = config.pools[index]
-                attempt = plan_attempt(request, pool, config.overrun == "rebucket", record.attempts, tuple(sent))
+                attempt = plan_attempt(request, pool, rebucket, record.attempts, tuple(sent), sent_chars)
                 record.attempts += 1
                 moved_on = False
                 try:
-                    async with aclosing(self._client.stream(config.name, pool.name, attempt.request,
-                                                            meta.priority)) as chunks:
-                        async for item in chunks:
-                            if isinstance(item, EngineError):
-                                if item.code in RETRYABLE_ENGINE_CODES:
-                                    raise ReplicaUnavailable(item.message)
-                                record.status = "error"
-                                yield item
-                                return
-                            sent.extend(item.token_ids)
-                            record.output_tokens += item.num_tokens
-                            record.prompt_tokens = item.prompt_tokens
-                            moved_on = attempt.moves_on(item, record.output_tokens)
-                            if moved_on:
-                                item = replace(item, finish_reason=None)
-                            if record.ttft_s is None and item.num_tokens:
-                                record.ttft_s = self._clock() - started
+                    async for item in self._attempt(config.name, pool.name, attempt.request, meta.priority, started):
+                        if isinstance(item, EngineError):
+                            if item.code in RETRYABLE_ENGINE_CODES:
+                                raise ReplicaUnavailable(item.message)
+                            record.status = "error"
                             yield item
-                            if moved_on or item.finish_reason is not None:
-                                break
+                            return
+                        sent.extend(item.token_ids)
+                        sent_chars += len(item.text)
+                        record.output_tokens += item.num_tokens
+                        record.prompt_tokens = item.prompt_tokens
+                        moved_on = attempt.moves_on(item, record.output_tokens)
+                        if moved_on:
+                            item = replace(item, finish_reason=None)
+                        if record.ttft_s is None and item.num_tokens:
+                            record.ttft_s = self._clock() - started
+                        yield item
+                        if moved_on or item.finish_reason is not None:
+                            break
                 except ReplicaUnavailable as exc:
                     failures += 1
                     wait_s = self._retry.wait_s(failures)
                     if wait_s is None:
-                        message = (f"model {config.name!r}: no replica could finish the request after "
-                                   f"{failures} tries ({exc}); retry later")
-                        if not sent:
-                            raise Unavailable(message, retry_after_s=1) from None
-                        record.status = "error"
-                        yield EngineError(message, status=503, code="unavailable")
-                        return
-                    if sent:
-                        record.resumed += 1
-                    else:
-                        record.resent += 1
+                        raise Unavailable(f"model {config.name!r}: no replica could finish the request after "
+                                          f"{failures} tries ({exc}); retry later", retry_after_s=1) from None
+                    record.resumed += bool(sent)
+                    record.resent += not sent
                     await self._sleep(wait_s)
+                    if not self._client.has_replicas(config.name, pool.name):
+                        alternative = self._alternative_pool(config, index)
+                        if alternative is not None:  # the same model: resume there at once
+                            slot.release()
+                            slot = None
+                            slot = await self._acquire(config.name, config.pools[alternative].name, "continuation",
+                                                       record, started)
+                            rebucket = rebucket and alternative > index  # a shorter pool runs to the end
+                            index = alternative
                     continue
                 if not moved_on:
                     record.status = "ok"
                     return
                 index += 1
-                held.release()
-                held = None
-                held = await self._acquire(config.name, config.pools[index].name, "continuation", record)
+                slot.release()
+                slot = None
+                slot = await self._acquire(config.name, config.pools[index].name, "continuation", record, started)
+        except (Refused, DeadlineExceeded) as exc:
+            if not sent:
+                raise
+            record.status = "error"
+            timed_out = isinstance(exc, DeadlineExceeded)
+            yield EngineError(str(exc), status=504 if timed_out else 503, code="timeout" if timed_out else "unavailable")
         finally:
-            if held is not None:
-                held.release()
+            if slot is not None:
+                slot.release()

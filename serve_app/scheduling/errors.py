@@ -30,3 +30,7 @@ class Unavailable(Refused):
 
 class ReplicaUnavailable(Exception):
     """One attempt could not be served (replica lost, draining, refusing load): try another."""
+
+
+class DeadlineExceeded(Exception):
+    """The request ran past the ingress's `request_timeout_s`."""

@@ -22,6 +22,12 @@ class TokenBucket:
         self.level = capacity
         self._updated = now
 
+    def scale(self, factor: float, min_capacity: float = 0.0) -> None:
+        """Multiply refill rate, capacity (at least `min_capacity`) and level by `factor`."""
+        self.refill_per_s *= factor
+        self.capacity = max(min_capacity, self.capacity * factor)
+        self.level = min(self.capacity, self.level * factor)
+
     def refill(self, now: float) -> None:
         self.level = min(self.capacity, self.level + (now - self._updated) * self.refill_per_s)
         self._updated = now
@@ -40,10 +46,15 @@ class RateDecision:
 
 
 class RateLimiter:
-    """Per-client request and token buckets, from the clients' `ApiKeyConfig`."""
+    """Per-client request and token buckets, from the clients' `ApiKeyConfig`.
+
+    Each ingress replica holds its own buckets, so with n replicas each enforces
+    1/n of every limit (`set_share`): a client spread over them gets its limit
+    in total, not n times it."""
 
     def __init__(self, keys: list[ApiKeyConfig], clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._share = 1.0
         now = clock()
         self._requests = {
             key.name: TokenBucket(max(1.0, key.requests_per_s), key.requests_per_s, now)
@@ -55,6 +66,16 @@ class RateLimiter:
             for key in keys
             if key.tokens_per_min is not None
         }
+
+    def set_share(self, share: float) -> None:
+        """This replica's share of every limit (1 / ingress replicas)."""
+        if share <= 0 or share == self._share:
+            return
+        factor, self._share = share / self._share, share
+        for bucket in self._requests.values():
+            bucket.scale(factor, min_capacity=1.0)  # a whole request must fit
+        for bucket in self._tokens.values():
+            bucket.scale(factor)
 
     def admit(self, client: str | None, estimated_tokens: int) -> RateDecision:
         """Charge one request and its estimated tokens, or say when to retry."""

@@ -30,6 +30,9 @@ class PoolClient(Protocol):
     ) -> AsyncIterator[GenerationChunk | EngineError]:
         """Output of one attempt; raises `ReplicaUnavailable` for a retryable failure."""
 
+    def has_replicas(self, model: str, pool: str) -> bool:
+        """Whether any replica of the pool is running (as far as the client knows now)."""
+
 
 @dataclass
 class RequestRecord:
@@ -41,6 +44,8 @@ class RequestRecord:
     client: str | None
     predicted_tokens: int
     prediction_source: str
+    long: bool = False
+    """Counted as long by length-aware scheduling (capped, behind short ones)."""
     pools: list[str] = field(default_factory=list)
     """Pools that served a part of it, in order (more than one: re-bucketed)."""
     status: str = "error"

@@ -1,5 +1,6 @@
 """`serve-app` command line: validate configs, prepare and quantize the tiny model,
-plan costs, generate the KubeRay manifests."""
+plan costs, refresh prices, generate the KubeRay manifests. Each subcommand
+takes its own options (`serve-app SUBCOMMAND --help`)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,21 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from serve_app.tools import planner, prices_refresh
+
 
 def validate(paths: list[str]) -> int:
-    """Validate each Serve config file's application args; print what failed."""
+    """Validate each Serve config file's application args, prices included; print what failed."""
     from serve_app.config import app_configs, load_serve_config
+    from serve_app.cost.prices import Prices
 
     failed = 0
     for path in paths:
         try:
             apps = app_configs(load_serve_config(path))
+            for config in apps.values():
+                if config.cost is not None:
+                    Prices.resolve(config.cost)
         except (ValidationError, ValueError, OSError) as exc:
             failed += 1
             print(f"{path}: INVALID\n{exc}", file=sys.stderr)
@@ -44,31 +51,47 @@ def build_once(dest: str, doing: str, build) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="serve-app", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("validate", help="validate Serve config files")
-    check.add_argument("paths", nargs="+")
+def kuberay(spec: str | None, check: bool) -> int:
+    """`serve_app.tools.kuberay.render.main` with the options given (its own defaults otherwise)."""
+    from serve_app.tools.kuberay import render
+
+    return render.main((["--spec", spec] if spec else []) + (["--check"] if check else []))
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="serve-app", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("validate", help="validate Serve config files offline")
+    check.add_argument("paths", nargs="+", metavar="CONFIG", help="Serve config file (e.g. configs/prod.yaml)")
     prep = commands.add_parser("prepare-model", help="convert the shipped tiny model once")
-    prep.add_argument("--dest", default="models/SmolLM2-135M-Instruct")
+    prep.add_argument("--dest", default="models/SmolLM2-135M-Instruct", help="checkpoint folder (default: %(default)s)")
     quant = commands.add_parser("quantize-w8a8", help="write an INT8 (W8A8) copy of a prepared checkpoint")
-    quant.add_argument("--src", default="models/SmolLM2-135M-Instruct")
-    quant.add_argument("--dest", default="models/SmolLM2-135M-Instruct-W8A8")
-    plan = commands.add_parser("plan", help="monthly cost per setup from a benchmark result and prices")
-    plan.add_argument("args", nargs=argparse.REMAINDER, help="see `python -m serve_app.planner --help`")
-    kuberay = commands.add_parser("kuberay", help="(re)generate kuberay/manifests from configs/prod.yaml")
-    kuberay.add_argument("args", nargs=argparse.REMAINDER, help="see `serve-app kuberay --help`")
-    args = parser.parse_args(argv)
+    quant.add_argument("--src", default="models/SmolLM2-135M-Instruct", help="prepared checkpoint (default: %(default)s)")
+    quant.add_argument("--dest", default="models/SmolLM2-135M-Instruct-W8A8", help="output folder (default: %(default)s)")
+    plan = commands.add_parser("plan", help="monthly cost of five setups from measured throughput and prices",
+                               description=planner.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    planner.add_arguments(plan)
+    prices = commands.add_parser("prices", help="the price book").add_subparsers(dest="prices_command", required=True)
+    refresh = prices.add_parser("refresh", help="rewrite instance prices from the AWS APIs",
+                                description=prices_refresh.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    prices_refresh.add_arguments(refresh)
+    manifests = commands.add_parser("kuberay", help="(re)generate kuberay/manifests from the cluster spec")
+    manifests.add_argument("--spec", help="cluster spec (default: kuberay/cluster.yaml)")
+    manifests.add_argument("--check", action="store_true", help="fail if the written manifests are out of date")
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.command == "validate":
         return validate(args.paths)
     if args.command == "plan":
-        from serve_app.tools import planner
-
-        return planner.main(args.args)
+        return planner.run(args)
+    if args.command == "prices":
+        return prices_refresh.run(args)
     if args.command == "kuberay":
-        from serve_app.tools.kuberay import render as kuberay_manifests
-
-        return kuberay_manifests.main(args.args)
+        return kuberay(args.spec, args.check)
     from serve_app.tools.model_prep import prepare_smollm2, quantize_w8a8_int8
 
     if args.command == "quantize-w8a8":

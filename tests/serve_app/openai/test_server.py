@@ -9,6 +9,7 @@ import pytest
 
 from serve_app.config import ApiKeyConfig
 from serve_app.topology import deployment_name
+from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE
 from tests.fakes import FakeEngine, start_ingress
 
 
@@ -231,7 +232,8 @@ async def test_priority_from_field_or_header_reaches_the_engine(stack):
     await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1, "priority": "batch"})
     await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1}, headers={"x-priority": "batch"})
     await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 1})
-    assert [r.priority for r in engines["fake-a"].requests] == [1, 1, 0]
+    # the class first, then the predicted length (here max_tokens, 1)
+    assert [r.priority for r in engines["fake-a"].requests] == [ENGINE_PRIORITY_STRIDE + 1] * 2 + [1]
     bad = await http.post("/v1/completions", json={"prompt": "a"}, headers={"x-priority": "urgent"})
     assert bad.status_code == 400 and "X-Priority" in bad.json()["error"]["message"]
 

@@ -4,10 +4,11 @@ import asyncio
 
 import pytest
 
-from serve_app.config import AppConfig
+from serve_app.config import ApiKeyConfig, AppConfig
 from serve_app.engine.base import EngineError, EngineRequestError, GenerationRequest, SamplingOptions
 from serve_app.quantile import quantile
-from serve_app.scheduling.batcher import LengthBucketBatcher
+from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE, LengthBucketBatcher
+from serve_app.scheduling.long_cap import LongCapPolicy
 from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
@@ -40,6 +41,11 @@ class Pools:
         self.calls: list[tuple[str, GenerationRequest]] = []
         self.lose_after: list[int] = []
         """Chunks after which the next attempts' replica dies, one entry per attempt."""
+        self.down: set[str] = set()
+        """Pools that have no replica left."""
+
+    def has_replicas(self, model, pool):
+        return pool not in self.down
 
     async def stream(self, model, pool, request, priority):
         self.calls.append((pool, request))
@@ -245,6 +251,9 @@ class TieredPools:
     def __init__(self) -> None:
         self.engines = {"big": FakeEngine(), "tiny": FakeEngine()}
 
+    def has_replicas(self, model, pool):
+        return True
+
     async def stream(self, model, pool, request, priority):
         async for chunk in self.engines[model].stream(request):
             yield chunk
@@ -290,3 +299,90 @@ def test_a_fallback_must_be_another_model_without_its_own_fallback():
         AppConfig.model_validate(models({"fallback": {"model": "big"}}))
     with pytest.raises(ValidationError, match="not another served model"):
         AppConfig.model_validate({"models": [{"name": "a", "engine": {"model": "x"}, "fallback": {"model": "a"}}]})
+
+
+async def test_when_a_pool_loses_its_only_replica_the_stream_resumes_on_another_pool_at_once():
+    pools = Pools()
+    pools.lose_after = [3]
+    real = pools.stream
+
+    async def losing_the_pool(model, pool, req, priority):
+        try:
+            async for item in real(model, pool, req, priority):
+                yield item
+        except ReplicaUnavailable:
+            pools.down.add(pool)  # it was the pool's only replica
+            raise
+
+    pools.stream = losing_the_pool
+    batcher, observer = batcher_for(pools)
+    text = await text_of(batcher, request(10))  # predicted 10: the long pool
+    assert text == "".join(f" w{i}" for i in range(10))
+    assert [pool for pool, _ in pools.calls] == ["long", "short"]
+    resumed = pools.calls[1][1]
+    assert resumed.continuation == (0, 1, 2) and resumed.stop_after is None  # a shorter pool runs to the end
+    assert observer.records[-1].pools == ["long", "short"] and observer.records[-1].resumed == 1
+
+
+async def test_a_hung_replica_counts_as_lost_and_the_stream_resumes():
+    pools = Pools()
+    real = pools.stream
+    hang = [True]
+
+    async def stream(model, pool, req, priority):
+        async for item in real(model, pool, req, priority):
+            yield item
+            if hang and item.token_ids == (1,):
+                hang.clear()
+                await asyncio.sleep(3600)  # an engine that stops producing
+
+    pools.stream = stream
+    batcher, observer = batcher_for(pools, stream_idle_timeout_s=0.05)
+    assert await text_of(batcher, request(5)) == " w0 w1 w2 w3 w4"
+    assert pools.calls[1][1].continuation == (0, 1) and observer.records[-1].resumed == 1
+
+
+async def test_the_request_deadline_is_504_before_output_and_an_error_event_after():
+    pools = Pools(step_s=0.05)
+    batcher, _ = batcher_for(pools, request_timeout_s=0.12)
+    items = [item async for item in batcher.stream("m", request(20), meta())]
+    assert items[0].text == " w0" and isinstance(items[-1], EngineError)
+    assert (items[-1].status, items[-1].code) == (504, "timeout")
+    batcher.set_slots("m", "long", 0)
+    with pytest.raises(Overloaded):  # the queue wait is bounded by the deadline too
+        await text_of(batcher, request(20))
+
+
+async def test_engine_priority_is_the_class_then_the_predicted_length():
+    pools = Pools()
+    batcher, _ = batcher_for(pools)
+    await text_of(batcher, request(3), meta("batch"))
+    await text_of(batcher, request(9), meta("realtime"))
+    await text_of(batcher, request(2), meta("realtime"))
+    assert [call.priority for _, call in pools.calls] == [ENGINE_PRIORITY_STRIDE + 3, 9, 2]
+
+
+async def test_each_ingress_replica_takes_its_share_of_queues_and_rate_limits():
+    keys = [ApiKeyConfig(name="team", sha256="0" * 64, requests_per_s=4)]
+    pools = Pools()
+    batcher, _ = batcher_for(pools, api_keys=keys)
+    batcher.set_ingress_replicas(2)
+    assert batcher._queues[("m", "long")]._queue_size == 2  # 4 / 2
+    for _ in range(2):  # 2 of the 4 requests/s
+        await text_of(batcher, request(1), meta(client="team"))
+    with pytest.raises(RateLimited):
+        await text_of(batcher, request(1), meta(client="team"))
+
+
+async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
+    pools = Pools()
+    batcher = LengthBucketBatcher(config(), pools, Observer())
+    model = batcher._models["m"]
+    scheduling = model.length_scheduling.model_copy(update={"short_tpot_target_s": 1e-9, "long_tokens": 5})
+    batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
+    batcher._long_caps[("m", "short")] = LongCapPolicy(scheduling)
+    batcher.set_slots("m", "short", 8)
+    assert batcher.stats()[("m", "short")].long_cap == 6  # 0.75 of 8
+    await text_of(batcher, request(4, prompt="a"))  # short, and its TPOT is over the (tiny) target
+    batcher.set_slots("m", "short", 8)
+    assert batcher.stats()[("m", "short")].long_cap == 4  # 0.75 x 0.8 of 8

@@ -1,0 +1,60 @@
+"""How many of a pool's slots long requests may hold: a share that adapts to the
+time per output token that short requests see."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from serve_app.config import LengthSchedulingConfig
+from serve_app.quantile import quantile
+
+TPOT_WINDOW = 64
+"""Recent short requests whose TPOT the share adapts to."""
+SHRINK = 0.8
+"""Multiplier on the share while short TPOT is over target."""
+GROW = 0.05
+"""Added to the share while short TPOT is under `RELAX` x target."""
+RELAX = 0.8
+
+
+@dataclass(frozen=True)
+class LongCapDecision:
+    share: float
+    cap: int
+    reason: str
+
+
+class LongCapPolicy:
+    """Per pool: observed short-request TPOTs in, the long requests' slot cap out.
+
+    Without a TPOT target the share is fixed at `long_slot_share`. With one it
+    shrinks multiplicatively while the recent short TPOT p90 is over target
+    (never below `min_long_slot_share`) and grows additively while it is well
+    under (never above `long_slot_share`). The cap is at least one slot while
+    the pool has any, so long requests always progress."""
+
+    def __init__(self, config: LengthSchedulingConfig) -> None:
+        self._config = config
+        self._share = config.long_slot_share
+        self._tpots: deque[float] = deque(maxlen=TPOT_WINDOW)
+
+    def observe_short_tpot(self, tpot_s: float) -> None:
+        self._tpots.append(tpot_s)
+
+    def decide(self, slots: int) -> LongCapDecision:
+        config, target = self._config, self._config.short_tpot_target_s
+        reason = "fixed share"
+        if target is not None and self._tpots:
+            p90 = quantile(self._tpots, 0.9)
+            if p90 > target:
+                self._share = max(config.min_long_slot_share, self._share * SHRINK)
+                reason = f"short TPOT p90 {p90:.3f}s over {target}s"
+            elif p90 < RELAX * target:
+                self._share = min(config.long_slot_share, self._share + GROW)
+                reason = f"short TPOT p90 {p90:.3f}s under {target}s"
+            else:
+                reason = f"short TPOT p90 {p90:.3f}s near {target}s"
+        cap = min(slots, max(1, math.floor(self._share * slots))) if slots else 0
+        return LongCapDecision(self._share, cap, reason)

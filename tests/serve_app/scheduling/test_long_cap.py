@@ -1,0 +1,30 @@
+from serve_app.config import LengthSchedulingConfig
+from serve_app.scheduling.long_cap import LongCapPolicy
+
+
+def test_fixed_share_without_a_target_and_at_least_one_slot():
+    policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.5))
+    assert policy.decide(10).cap == 5 and policy.decide(1).cap == 1 and policy.decide(0).cap == 0
+
+
+def test_the_share_shrinks_over_target_down_to_its_floor_and_grows_back_under_it():
+    config = LengthSchedulingConfig(long_slot_share=0.8, min_long_slot_share=0.3, short_tpot_target_s=0.1)
+    policy = LongCapPolicy(config)
+    for _ in range(20):
+        policy.observe_short_tpot(0.5)
+    shares = [policy.decide(100).share for _ in range(10)]
+    assert shares[0] < 0.8 and shares == sorted(shares, reverse=True) and shares[-1] == 0.3
+    for _ in range(100):
+        policy.observe_short_tpot(0.01)  # the window now holds only fast ones
+    decision = policy.decide(100)
+    assert decision.share > 0.3 and "under" in decision.reason
+    for _ in range(20):
+        decision = policy.decide(100)
+    assert decision.share == 0.8 and decision.cap == 80
+
+
+def test_near_the_target_the_share_holds():
+    policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.6, short_tpot_target_s=0.1))
+    for _ in range(10):
+        policy.observe_short_tpot(0.09)
+    assert policy.decide(10).share == 0.6 and "near" in policy.decide(10).reason
