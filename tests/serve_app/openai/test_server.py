@@ -8,8 +8,8 @@ import openai
 import pytest
 
 from serve_app.config import ApiKeyConfig
-from serve_app.topology import deployment_name
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE
+from serve_app.topology import deployment_name
 from tests.fakes import FakeEngine, start_ingress
 
 

@@ -8,8 +8,8 @@ from serve_app.config import ApiKeyConfig, AppConfig
 from serve_app.engine.base import EngineError, EngineRequestError, GenerationRequest, SamplingOptions
 from serve_app.quantile import quantile
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE, LengthBucketBatcher
-from serve_app.scheduling.long_cap import LongCapPolicy
 from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
+from serve_app.scheduling.long_cap import LongCapPolicy
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
 from tests.fakes import FakeEngine
