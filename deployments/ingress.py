@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -11,7 +12,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from deployments.ingress_metrics import IngressMetrics
-from deployments.pool_client import ServePoolClient
+from deployments.pool_client import STARTING_STATES, DeploymentState, ServePoolClient
 from serve_app.autoscaling.contract import PoolQueueStats, autoscaling_stats
 from serve_app.config import AppConfig
 from serve_app.cost.meter import CostMeter
@@ -28,16 +29,25 @@ logger = logger_for(__name__)
 CAPACITY_POLL_S = 2.0
 """How often the ingress re-reads how many replicas each pool has running."""
 
-ReplicaCounter = Callable[[], Awaitable[dict[str, int]]]
-"""Running replicas by deployment name."""
+StateReader = Callable[[], Awaitable[dict[str, DeploymentState]]]
+"""Every deployment of the app by name."""
 
 
-async def serve_replica_counts() -> dict[str, int]:
-    """Running replicas of every deployment in this ingress's application."""
+async def serve_deployment_states() -> dict[str, DeploymentState]:
+    """Every deployment of this ingress's application, as `serve.status()` has it."""
     app = serve.get_replica_context().app_name
     status = await asyncio.to_thread(serve.status)
+
+    def count(replicas: dict, states: frozenset[str]) -> int:
+        return sum(n for state, n in replicas.items() if getattr(state, "value", state) in states)
+
     return {
-        name: sum(n for state, n in deployment.replica_states.items() if getattr(state, "value", state) == "RUNNING")
+        name: DeploymentState(
+            running=count(deployment.replica_states, frozenset({"RUNNING"})),
+            starting=count(deployment.replica_states, STARTING_STATES),
+            status=getattr(deployment.status, "value", str(deployment.status)),
+            message=deployment.message or "",
+        )
         for name, deployment in status.applications[app].deployments.items()
     }
 
@@ -49,14 +59,14 @@ class OpenAIIngress:
         self,
         config: AppConfig,
         pools: dict[str, DeploymentHandle],
-        count_replicas: ReplicaCounter = serve_replica_counts,
+        read_states: StateReader = serve_deployment_states,
     ) -> None:
         self._config = config
         self._metrics = IngressMetrics()
         self._cost = CostMeter(config.cost, start=time.time()) if config.cost is not None else None
         self._client = ServePoolClient(Topology(config), pools, self._record_cost)
         self._batcher = LengthBucketBatcher(config, self._client, self._metrics)
-        self._count_replicas = count_replicas
+        self._read_states = read_states
         self._poller = asyncio.get_running_loop().create_task(self._poll_capacity())
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -75,6 +85,24 @@ class OpenAIIngress:
             for (model, pool), stats in self._batcher.stats().items()
         }
         return {"pools": pools, "predictor_classes": self._batcher.predictor_classes(), "moves": self._batcher.moves()}
+
+    def readiness(self) -> dict:
+        """Each model answers if one of its pools, or its fallback's, has a running replica."""
+        stats = self._batcher.stats()
+        pools = {model.name: {pool.name: {"slots": stats[(model.name, pool.name)].slots,
+                                          "down": self._client.down_reason(model.name, pool.name)}
+                              for pool in model.pools}
+                 for model in self._config.models}
+
+        def serving(name: str) -> bool:
+            return any(pool["slots"] for pool in pools[name].values())
+
+        models = {}
+        for model in self._config.models:
+            fallback = model.fallback.model if model.fallback is not None else None
+            models[model.name] = {"ready": serving(model.name) or (fallback is not None and serving(fallback)),
+                                  "pools": pools[model.name]}
+        return {"ready": all(entry["ready"] for entry in models.values()), "models": models}
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Queue waits per pool, for the queue-duration autoscaling policy."""
@@ -103,19 +131,23 @@ class OpenAIIngress:
             self._cost.record(model, pool, capacity_type, prompt_tokens, output_tokens, requests)
 
     async def _poll_capacity(self) -> None:
-        """Keep each pool's slot count at its running replicas' slots."""
+        """Keep each pool's slots at this ingress replica's share of its running
+        replicas' slots, and say which pools are down."""
         while True:
             try:
-                counts = await self._count_replicas()
-                self._client.set_running(counts)
+                states = await self._read_states()
+                self._client.set_states(states)
+                ingress = states.get(INGRESS_DEPLOYMENT)
+                ingresses = max(1, ingress.running if ingress is not None else 1)
+                self._batcher.set_ingress_replicas(ingresses)
                 if self._cost is not None:
                     # Each ingress replica meters its share of the fleet, as it sees its share of the requests.
-                    ingresses = max(1, counts.get(INGRESS_DEPLOYMENT, 1))
                     groups = {group: n / ingresses for group, n in self._client.replica_groups().items()}
                     self._cost.sample(time.time(), groups)
                     self._metrics.cost(self._cost.report(time.time()))
                 for (model, pool), stats in self._batcher.stats().items():
-                    self._batcher.set_slots(model, pool, self._client.slots(model, pool))
+                    slots = math.ceil(self._client.slots(model, pool) / ingresses)
+                    self._batcher.set_slots(model, pool, slots, self._client.down_reason(model, pool))
                     for capacity_type, running in self._client.running(model, pool).items():
                         self._metrics.pool_replicas(model, pool, capacity_type, running)
                     self._metrics.queue_depth(model, pool, stats.waiting)

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
@@ -28,6 +28,22 @@ ENGINE_INFO_TIMEOUT_S = 5.0
 
 _REPLICA_LOST = (RayActorError, DeploymentUnavailableError, ReplicaUnavailableError)
 
+FAILED_STATUSES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
+"""Serve deployment statuses under which a pool with no running replica counts as down."""
+STARTING_STATES = frozenset({"STARTING", "UPDATING", "RECOVERING"})
+"""Serve replica states that will become RUNNING."""
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """One deployment as Serve reports it (`serve.status()`)."""
+
+    running: int
+    starting: int = 0
+    status: str = "HEALTHY"
+    message: str = ""
+
+
 AttemptRecorder = Callable[[str, str, str, int, int, int], None]
 """(model, pool, capacity type, prompt tokens, output tokens, requests) of one attempt."""
 
@@ -48,6 +64,7 @@ class ServePoolClient:
         self._streams = {name: handle.options(stream=True) for name, handle in handles.items()}
         self._on_attempt = on_attempt
         self._running: dict[str, int] = {}
+        self._states: dict[str, DeploymentState] = {}
         self._in_flight: Counter[str] = Counter()
         self._chooser = CapacityChooser()
         config = topology.config
@@ -55,8 +72,31 @@ class ServePoolClient:
                                          config.preemption.drain_margin_s)
         self._engine_info: dict[str, dict] = {}
 
-    def set_running(self, counts: dict[str, int]) -> None:
-        self._running = dict(counts)
+    def set_states(self, states: dict[str, DeploymentState]) -> None:
+        self._states = dict(states)
+        self._running = {name: state.running for name, state in states.items()}
+
+    def down_reason(self, model: str, pool: str) -> str | None:
+        """Why nothing can serve the pool now or soon, or None. A pool is down when
+        none of its deployments has a replica running, and each has either failed
+        (a replica that cannot start, an engine refusing its config) or has none
+        starting and cannot start one on demand (a fixed-size pool that lost all)."""
+        reasons = []
+        for deployment in self._topology.pool(model, pool).values():
+            state = self._states.get(deployment.name)
+            if state is None:
+                return None  # not reported yet: starting up
+            if state.running:
+                return None
+            scaling = deployment.options.get("autoscaling_config") or {}
+            on_demand = scaling.get("max_replicas", 0) > 0
+            if state.status in FAILED_STATUSES:
+                reasons.append(f"{deployment.name} {state.status}: {state.message or 'no detail'}"[:500])
+            elif state.starting or on_demand:
+                return None
+            else:
+                reasons.append(f"{deployment.name} has no replica running or starting")
+        return "; ".join(reasons)
 
     def slots(self, model: str, pool: str) -> int:
         """Requests the pool's running replicas take at once, over all its deployments."""

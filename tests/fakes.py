@@ -141,6 +141,7 @@ async def start_ingress(config, engines: dict[str, LLMEngine]):
     """The real `OpenAIIngress` over in-process `LLMServer`s, one per pool
     deployment (`engines` by deployment name), each counted as one replica."""
     from deployments.ingress import OpenAIIngress
+    from deployments.pool_client import DeploymentState
     from serve_app.topology import deployment_name
 
     handles = {}
@@ -149,11 +150,11 @@ async def start_ingress(config, engines: dict[str, LLMEngine]):
             name = deployment_name(model.name, pool.name)
             handles[name] = FakeHandle(await start_llm_server(model, engines[name], pool.name))
 
-    async def one_replica_each() -> dict[str, int]:
-        return {name: 1 for name in handles}
+    async def one_replica_each():
+        return {name: DeploymentState(running=1) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
-    await ingress.__init__(config, handles, count_replicas=one_replica_each)
+    await ingress.__init__(config, handles, read_states=one_replica_each)
     await asyncio.sleep(0)  # let the capacity poll run once
     return ingress
 

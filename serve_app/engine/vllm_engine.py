@@ -9,13 +9,16 @@ from typing import Any
 
 from serve_app.config import EngineConfig
 from serve_app.engine.base import (
+    EngineError,
     EngineInfo,
+    EngineRequestError,
     GenerationChunk,
     GenerationRequest,
     LLMEngine,
     attempt_budget,
 )
 from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
+from serve_app.engine.stop_strings import StopStrings, unsent_text
 from serve_app.logs import logger_for
 
 logger = logger_for(__name__)
@@ -51,54 +54,77 @@ class VLLMEngine(LLMEngine):
         return EngineInfo(max_model_len=self._max_model_len, dtype=dtype, dtype_reason=resolved.reason,
                           quantization=model_config.quantization)
 
-    def _prompt_token_ids(self, request: GenerationRequest) -> list[int]:
-        if request.messages is None:
-            return self._tokenizer.encode(request.prompt)
-        text = self._tokenizer.apply_chat_template(
-            [{"role": role, "content": content} for role, content in request.messages],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        return self._tokenizer.encode(text, add_special_tokens=False)
+    def _prepare(self, request: GenerationRequest) -> tuple[list[int], str]:
+        """Prompt token ids (chat template applied) and the continuation's text the
+        client has not received; a template or tokenizer refusal is a 400."""
+        try:
+            if request.messages is None:
+                prompt_ids = self._tokenizer.encode(request.prompt)
+            else:
+                text = self._tokenizer.apply_chat_template(
+                    [{"role": role, "content": content} for role, content in request.messages],
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+                prompt_ids = self._tokenizer.encode(text, add_special_tokens=False)
+        except Exception as exc:  # jinja2 TemplateError, tokenizer errors: the request, not the engine
+            raise EngineRequestError(EngineError(f"the prompt cannot be rendered: {exc}"[:500], param="messages")) from None
+        carried = ""
+        if request.continuation and request.sampling.stop:
+            carried = unsent_text(self._tokenizer.decode(list(request.continuation)), request.continuation_chars)
+        return prompt_ids, carried
 
     def _sampling_params(self, request: GenerationRequest, max_tokens: int) -> Any:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         options = request.sampling
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=options.temperature,
-            top_p=options.top_p,
-            top_k=options.top_k if options.top_k is not None else 0,
-            stop=list(options.stop),
-            seed=options.seed,
-            presence_penalty=options.presence_penalty,
-            frequency_penalty=options.frequency_penalty,
-            ignore_eos=options.ignore_eos,
-            output_kind=RequestOutputKind.DELTA,
-            stream_interval=request.stream_interval,
-        )
+        try:
+            return SamplingParams(
+                max_tokens=max_tokens,
+                temperature=options.temperature,
+                top_p=options.top_p,
+                top_k=options.top_k if options.top_k is not None else 0,
+                seed=options.seed,
+                presence_penalty=options.presence_penalty,
+                frequency_penalty=options.frequency_penalty,
+                ignore_eos=options.ignore_eos,
+                output_kind=RequestOutputKind.DELTA,
+                stream_interval=request.stream_interval,
+            )
+        except ValueError as exc:  # vLLM's own validation of sampling values
+            raise EngineRequestError(EngineError(str(exc)[:500], param=getattr(exc, "parameter", None))) from None
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         from vllm.inputs import TokensPrompt
 
         # Chat template and tokenizer are CPU work: off the replica's event loop.
-        prompt_ids = await asyncio.to_thread(self._prompt_token_ids, request)
+        prompt_ids, carried = await asyncio.to_thread(self._prepare, request)
         context_ids = prompt_ids + list(request.continuation)
         max_tokens = attempt_budget(len(context_ids), request, self._max_model_len)
         params = self._sampling_params(request, max_tokens)
+        prompt = TokensPrompt(prompt_token_ids=context_ids)
+        if request.cache_salt is not None:
+            prompt["cache_salt"] = request.cache_salt
         priority = {"priority": request.priority} if self._config.scheduling_policy == "priority" else {}
-        async for output in self._engine.generate(
-            TokensPrompt(prompt_token_ids=context_ids), params, request.request_id, **priority
-        ):
+        stops = StopStrings(request.sampling.stop, carried)
+        produced = 0
+        async for output in self._engine.generate(prompt, params, request.request_id, **priority):
             completion = output.outputs[0]
+            produced += len(completion.token_ids)
+            text = stops.feed(completion.text)
+            finish = "stop" if stops.stopped else completion.finish_reason
+            at_seam = finish == "length" and request.stop_after is not None and produced >= request.stop_after
+            if finish is not None and not stops.stopped and not at_seam:
+                text += stops.flush()  # the real end: nothing can follow the held-back text
             yield GenerationChunk(
-                text=completion.text,
+                text=text,
                 num_tokens=len(completion.token_ids),
                 prompt_tokens=len(prompt_ids),
-                finish_reason=completion.finish_reason,
+                finish_reason=finish,
                 token_ids=tuple(completion.token_ids),
             )
+            if stops.stopped:
+                return  # closing the generator aborts the engine request
 
     async def check_health(self) -> None:
         await self._engine.check_health()

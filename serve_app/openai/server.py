@@ -5,7 +5,8 @@ in-process one. Everything HTTP lives here: bodies (`serve_app.openai.body`),
 validation errors, SSE, gzip, and OpenAI-style error bodies, each capped at
 `ingress.max_error_chars`; an unexpected exception is a 500 naming only its type.
 
-`/health` is always open. The API schema (`/openapi.json`) needs a valid key
+`/health` (the ingress is up) and `/ready` (every model has a replica that can
+answer, 503 naming what is missing otherwise) are always open. The API schema (`/openapi.json`) needs a valid key
 whenever keys are configured, like every other route; `/docs` and `/redoc` are off.
 """
 
@@ -68,6 +69,10 @@ class ModelBackend(Protocol):
 
     def cost(self) -> dict[str, Any]:
         """Metered cost, per 1k requests and per 1M output tokens (`GET /v1/cost`)."""
+        ...
+
+    def readiness(self) -> dict[str, Any]:
+        """`{"ready": bool, "models": {...}}`: whether each model can answer now."""
         ...
 
 
@@ -283,5 +288,11 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     app.add_api_route("/stats", server.stats, methods=["GET"])
     app.add_api_route("/v1/cost", server.cost, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+
+    async def ready() -> Response:
+        report = backend.readiness()
+        return JSONResponse(report, status_code=200 if report["ready"] else 503)
+
+    app.add_api_route("/ready", ready, methods=["GET"])
     app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     return app

@@ -6,6 +6,7 @@ from ray.exceptions import ActorDiedError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 from deployments.ingress import OpenAIIngress
+from deployments.pool_client import DeploymentState
 from serve_app.topology import deployment_name
 from tests.fakes import FailingHandle
 
@@ -15,10 +16,10 @@ async def app_over(config, exc: Exception):
     handles = {deployment_name(model.name, "default"): FailingHandle(exc) for model in config.models}
 
     async def one_each():
-        return {name: 1 for name in handles}
+        return {name: DeploymentState(running=1) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
-    await ingress.__init__(config, handles, count_replicas=one_each)
+    await ingress.__init__(config, handles, read_states=one_each)
     return ingress.__serve_build_asgi_app__(), handles
 
 

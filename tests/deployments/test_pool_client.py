@@ -4,7 +4,7 @@ what a lost replica does to the next choice."""
 import pytest
 from ray.exceptions import ActorDiedError
 
-from deployments.pool_client import ServePoolClient
+from deployments.pool_client import DeploymentState, ServePoolClient
 from serve_app.engine.base import GenerationRequest, SamplingOptions
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.topology import Topology, deployment_name
@@ -30,7 +30,7 @@ async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_confi
     engines = {side: FakeEngine() for side in sides}
     handles = {names[side]: FakeHandle(await start_llm_server(model, engines[side])) for side in sides}
     client = ServePoolClient(topology, handles)
-    client.set_running({name: 1 for name in names.values()})
+    client.set_states({name: DeploymentState(running=1) for name in names.values()})
     assert client.slots(model.name, pool.name) == 2 * model.deployment.max_ongoing_requests
 
     async def send(max_tokens, priority):
@@ -55,10 +55,34 @@ async def test_a_lost_replica_steers_retries_to_the_other_side_until_the_next_po
     spot, on_demand = (deployment_name(model.name, pool.name, side) for side in ("spot", "on-demand"))
     handles = {spot: FailingHandle(ActorDiedError()), on_demand: FailingHandle(ValueError("served"))}
     client = ServePoolClient(Topology(config), handles)
-    client.set_running({spot: 1, on_demand: 1})
+    client.set_states({spot: DeploymentState(running=1), on_demand: DeploymentState(running=1)})
     request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
     with pytest.raises(ReplicaUnavailable):
         [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]
     assert client.running(model.name, pool.name) == {"on-demand": 1, "spot": 0}
     [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]  # batch, yet on-demand now
     assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "state, scaling, down",
+    [
+        (DeploymentState(running=1), None, None),
+        (DeploymentState(running=0, starting=1), None, None),  # a replacement is on its way
+        (DeploymentState(running=0), None, "has no replica running or starting"),  # fixed size, all lost
+        (DeploymentState(running=0), {"min_replicas": 0, "max_replicas": 2}, None),  # starts on demand
+        (DeploymentState(running=0, starting=1, status="DEPLOY_FAILED", message="engine refused: bad dtype"),
+         {"min_replicas": 0, "max_replicas": 2}, "DEPLOY_FAILED: engine refused: bad dtype"),
+    ],
+)
+def test_a_pool_is_down_when_nothing_runs_and_nothing_will(small_config, state, scaling, down):
+    model = small_config.models[0]
+    if scaling is not None:
+        options = model.deployment.model_copy(update={"autoscaling_config": scaling, "num_replicas": None})
+        model = model.model_copy(update={"deployment": options})
+    config = small_config.model_copy(update={"models": [model, *small_config.models[1:]]})
+    client = ServePoolClient(Topology(config), {})
+    assert client.down_reason(model.name, "default") is None  # nothing reported yet: starting up
+    client.set_states({deployment_name(model.name, "default"): state})
+    reason = client.down_reason(model.name, "default")
+    assert reason == down if down is None else down in reason

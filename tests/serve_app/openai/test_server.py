@@ -267,3 +267,31 @@ async def test_cost_endpoint_says_when_accounting_is_off(stack):
     _, http, _ = stack
     response = await http.get("/v1/cost")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_configured"
+
+
+async def test_ready_reflects_the_pools_and_health_only_the_ingress(stack):
+    _, http, _ = stack
+    ready = await http.get("/ready")
+    assert ready.status_code == 200 and ready.json()["models"]["fake-a"]["pools"]["default"]["slots"] == 64
+    assert (await http.get("/health")).json() == {"status": "ok"}
+
+
+async def test_ready_is_503_naming_the_pool_when_a_model_has_no_replica(small_config):
+    from deployments.pool_client import DeploymentState
+    from serve_app.topology import deployment_name
+
+    ingress = await start_ingress(small_config, {deployment_name(m.name, "default"): FakeEngine()
+                                                  for m in small_config.models})
+    down = deployment_name("fake-b", "default")
+    ingress._poller.cancel()  # keep the poll from undoing the state below
+    ingress._client.set_states({deployment_name("fake-a", "default"): DeploymentState(running=1),
+                                down: DeploymentState(running=0, status="DEPLOY_FAILED", message="engine refused")})
+    ingress._batcher.set_slots("fake-b", "default", 0, ingress._client.down_reason("fake-b", "default"))
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=ingress.__serve_build_asgi_app__()), base_url="http://t")
+    ready = await http.get("/ready")
+    body = ready.json()
+    assert ready.status_code == 503 and not body["ready"] and body["models"]["fake-a"]["ready"]
+    assert "engine refused" in body["models"]["fake-b"]["pools"]["default"]["down"]
+    refused = await http.post("/v1/completions", json={"model": "fake-b", "prompt": "x"})
+    assert refused.status_code == 503 and "engine refused" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["code"] == "unavailable" and "retry-after" in refused.headers
