@@ -170,7 +170,16 @@ class VLLMServer(LocalServer):
         ]
 
     def env(self) -> dict[str, str]:
-        env = super().env()
-        if self.model.engine.cpu_kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.model.engine.cpu_kv_cache_gib)
-        return env
+        return {**super().env(), **replica_engine_env(self.model)}
+
+
+def replica_engine_env(model: ModelConfig) -> dict[str, str]:
+    """The engine's environment in this app's replica (KV space, the replica's
+    `runtime_env` variables such as OpenMP binding), for a baseline to match;
+    Ray's own variables excluded."""
+    env = {}
+    if model.engine.cpu_kv_cache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(model.engine.cpu_kv_cache_gib)
+    actor = model.deployment.serve_options().get("ray_actor_options") or {}
+    variables = (actor.get("runtime_env") or {}).get("env_vars") or {}
+    return {**env, **{key: str(value) for key, value in variables.items() if not key.startswith("RAY_")}}

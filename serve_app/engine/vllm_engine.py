@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
+
+import psutil
 
 from serve_app.config import EngineConfig
 from serve_app.engine.base import (
@@ -18,6 +21,7 @@ from serve_app.engine.base import (
     attempt_budget,
 )
 from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
+from serve_app.engine.reaper import start_reaper
 from serve_app.engine.stop_strings import StopStrings, unsent_text
 from serve_app.logs import logger_for
 
@@ -30,6 +34,7 @@ class VLLMEngine(LLMEngine):
         self._engine: Any = None
         self._tokenizer: Any = None
         self._max_model_len = 0
+        self._reaper: subprocess.Popen | None = None
 
     async def start(self) -> EngineInfo:
         if self._config.cpu_kv_cache_gib is not None:
@@ -46,6 +51,7 @@ class VLLMEngine(LLMEngine):
             kwargs["dtype"] = resolved.dtype
         args = AsyncEngineArgs(**kwargs, disable_log_stats=True)
         self._engine = AsyncLLM.from_engine_args(args)
+        self._reaper = start_reaper(psutil.Process().children(recursive=True))
         self._tokenizer = self._engine.get_tokenizer()
         model_config = self._engine.model_config
         self._max_model_len = model_config.max_model_len
@@ -133,3 +139,6 @@ class VLLMEngine(LLMEngine):
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+        if self._reaper is not None:
+            self._reaper.terminate()
+            self._reaper = None

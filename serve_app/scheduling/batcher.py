@@ -75,20 +75,31 @@ class LengthBucketBatcher:
         policy = AdmissionPolicy(config.ingress.priorities.batch_queue_share)
         self._queues: dict[tuple[str, str], PoolQueue] = {}
         self._long_caps: dict[tuple[str, str], LongCapPolicy] = {}
+        self._slots: dict[tuple[str, str], tuple[int, str | None]] = {}
         for model in config.models:
             scheduling = model.length_scheduling
             for pool in model.pools:
                 aging = scheduling.aging_tokens_per_s if scheduling.enabled else None
                 self._queues[(model.name, pool.name)] = PoolQueue(pool.queue_size, policy, 0, clock, aging)
                 if scheduling.enabled:
-                    self._long_caps[(model.name, pool.name)] = LongCapPolicy(scheduling)
+                    self._long_caps[(model.name, pool.name)] = LongCapPolicy(scheduling, clock)
 
     def set_slots(self, model: str, pool: str, slots: int, down_reason: str | None = None) -> None:
         """Requests the pool may run at once (its running replicas' slots), and
         why it has none and none starting, if so."""
+        self._slots[(model, pool)] = (slots, down_reason)
         long_cap = self._long_caps.get((model, pool))
         cap = long_cap.decide(slots).cap if long_cap is not None else None
         self._queues[(model, pool)].set_slots(slots, cap, down_reason)
+
+    def _note_short(self, model: str, pool: str) -> None:
+        """A short request arrived: put the long cap in force at once if it was relaxed."""
+        long_cap = self._long_caps.get((model, pool))
+        if long_cap is not None:
+            relaxed = long_cap.decide(self._slots.get((model, pool), (0, None))[0]).share == 1.0
+            long_cap.note_short()
+            if relaxed:
+                self.set_slots(model, pool, *self._slots.get((model, pool), (0, None)))
 
     def set_ingress_replicas(self, count: int) -> None:
         """Each of `count` ingress replicas takes its share of queues and rate limits."""
@@ -132,6 +143,8 @@ class LengthBucketBatcher:
         long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
         record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
                                prediction.tokens, prediction.source, long=long)
+        if scheduling.enabled and not long:
+            self._note_short(config.name, record.pool)
         estimate = meta.prompt_class.prompt_chars // 4 + prediction.tokens
         decision = self._limiter.admit(meta.client, estimate)
         if not decision.allowed:

@@ -1,10 +1,12 @@
-"""How many of a pool's slots long requests may hold: a share that adapts to the
-time per output token that short requests see."""
+"""How many of a pool's slots long requests may hold: a share that applies while
+short requests are about and adapts to the time per output token they see."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from serve_app.config import LengthSchedulingConfig
@@ -17,6 +19,9 @@ SHRINK = 0.8
 GROW = 0.05
 """Added to the share while short TPOT is under `RELAX` x target."""
 RELAX = 0.8
+SHORT_DEMAND_WINDOW_S = 30.0
+"""Without a short request for this long, long ones may hold every slot: a
+reserve nobody uses would only cost throughput."""
 
 
 @dataclass(frozen=True)
@@ -27,24 +32,33 @@ class LongCapDecision:
 
 
 class LongCapPolicy:
-    """Per pool: observed short-request TPOTs in, the long requests' slot cap out.
+    """Per pool: short-request arrivals and TPOTs in, the long requests' slot cap out.
 
-    Without a TPOT target the share is fixed at `long_slot_share`. With one it
+    While no short request has arrived for `SHORT_DEMAND_WINDOW_S` the cap is
+    every slot. Otherwise, without a TPOT target the share is `long_slot_share`. With one it
     shrinks multiplicatively while the recent short TPOT p90 is over target
     (never below `min_long_slot_share`) and grows additively while it is well
     under (never above `long_slot_share`). The cap is at least one slot while
     the pool has any, so long requests always progress."""
 
-    def __init__(self, config: LengthSchedulingConfig) -> None:
+    def __init__(self, config: LengthSchedulingConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self._config = config
+        self._clock = clock
         self._share = config.long_slot_share
         self._tpots: deque[float] = deque(maxlen=TPOT_WINDOW)
+        self._last_short: float | None = None
+
+    def note_short(self) -> None:
+        """A short request arrived: the reserve applies."""
+        self._last_short = self._clock()
 
     def observe_short_tpot(self, tpot_s: float) -> None:
         self._tpots.append(tpot_s)
 
     def decide(self, slots: int) -> LongCapDecision:
         config, target = self._config, self._config.short_tpot_target_s
+        if self._last_short is None or self._clock() - self._last_short > SHORT_DEMAND_WINDOW_S:
+            return LongCapDecision(1.0, slots, "no short requests lately: no reserve")
         reason = "fixed share"
         if target is not None and self._tpots:
             p90 = quantile(self._tpots, 0.9)

@@ -1,15 +1,39 @@
 from serve_app.config import LengthSchedulingConfig
-from serve_app.scheduling.long_cap import LongCapPolicy
+from serve_app.scheduling.long_cap import SHORT_DEMAND_WINDOW_S, LongCapPolicy
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def with_shorts(config: LengthSchedulingConfig) -> LongCapPolicy:
+    policy = LongCapPolicy(config, Clock())
+    policy.note_short()
+    return policy
 
 
 def test_fixed_share_without_a_target_and_at_least_one_slot():
-    policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.5))
+    policy = with_shorts(LengthSchedulingConfig(long_slot_share=0.5))
     assert policy.decide(10).cap == 5 and policy.decide(1).cap == 1 and policy.decide(0).cap == 0
+
+
+def test_without_short_requests_lately_long_ones_may_take_every_slot():
+    clock = Clock()
+    policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.5), clock)
+    assert policy.decide(10).cap == 10  # no short request yet
+    policy.note_short()
+    assert policy.decide(10).cap == 5
+    clock.now += SHORT_DEMAND_WINDOW_S + 1
+    decision = policy.decide(10)
+    assert decision.cap == 10 and "no short" in decision.reason
 
 
 def test_the_share_shrinks_over_target_down_to_its_floor_and_grows_back_under_it():
     config = LengthSchedulingConfig(long_slot_share=0.8, min_long_slot_share=0.3, short_tpot_target_s=0.1)
-    policy = LongCapPolicy(config)
+    policy = with_shorts(config)
     for _ in range(20):
         policy.observe_short_tpot(0.5)
     shares = [policy.decide(100).share for _ in range(10)]
@@ -24,7 +48,7 @@ def test_the_share_shrinks_over_target_down_to_its_floor_and_grows_back_under_it
 
 
 def test_near_the_target_the_share_holds():
-    policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.6, short_tpot_target_s=0.1))
+    policy = with_shorts(LengthSchedulingConfig(long_slot_share=0.6, short_tpot_target_s=0.1))
     for _ in range(10):
         policy.observe_short_tpot(0.09)
     assert policy.decide(10).share == 0.6 and "near" in policy.decide(10).reason
