@@ -26,3 +26,26 @@ def small_config() -> AppConfig:
             "ingress": {"max_body_bytes": 4096, "gzip_min_bytes": 300, "request_timeout_s": 5},
         }
     )
+
+
+def engine_processes() -> list[str]:
+    """Command lines of vLLM engine processes running on this machine."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "name"]):
+        line = " ".join(process.info["cmdline"] or []) or (process.info["name"] or "")
+        if "EngineCore" in line or "VLLM::Worker" in line:
+            found.append(line[:120])
+    return found
+
+
+def wait_until(condition, timeout_s: float, poll_s: float = 0.5) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return bool(condition())

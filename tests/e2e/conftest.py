@@ -1,6 +1,7 @@
 """One live app for all tests in this package: `serve run` on the shipped
 configs/local.yaml (only the HTTP port moved to a free one), real model. It
-stops when the package's tests are done, before other live apps start."""
+stops when the package's tests are done, and its engine processes must be gone
+before other live apps start."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import pytest
 
 from benchmarks.servers import ServeRunServer
-from tests.conftest import REPO
+from tests.conftest import REPO, engine_processes, wait_until
 
 
 @pytest.fixture(scope="package")
@@ -26,3 +27,4 @@ def live_app():
         yield server.base_url
     finally:
         server.stop()
+        assert wait_until(lambda: not engine_processes(), 60), f"vLLM processes left behind: {engine_processes()}"

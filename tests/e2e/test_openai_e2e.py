@@ -126,3 +126,23 @@ def test_large_responses_are_gzipped(live_app):
 
 def test_health(live_app):
     assert httpx.get(live_app.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests"),
+        (b'{"max_tokens": ' + b"9" * 5000 + b', "messages": []}', "digits"),
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "surrogate"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "stop": ""}', "stop"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "seed": 99999999999999999999}', "seed"),
+        (b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b", "c", "d", "e"]}', "stop"),
+    ],
+)
+def test_adversarial_bodies_are_400_through_the_real_proxy(live_app, client, content, needle):
+    response = httpx.post(f"{live_app}/chat/completions", content=content,
+                          headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and needle in (error["message"] + str(error["param"])).lower()
+    assert client.chat.completions.create(model=MODEL, messages=CAPITAL, max_tokens=1).usage.completion_tokens == 1
