@@ -51,7 +51,11 @@ class StopStrings:
         return 0
 
 
-def unsent_text(continuation_text: str, sent_chars: int) -> str:
+def unsent_text(continuation_text: str, sent_chars: int, stops: tuple[str, ...]) -> str:
     """The part of an earlier attempt's text that the client has not received:
-    the decoded continuation after the characters already sent."""
-    return continuation_text[sent_chars:] if len(continuation_text) > sent_chars else ""
+    the decoded continuation after the characters already sent. At most a stop
+    string's length less one can have been held back; anything longer means the
+    decoding differs from the streamed text, and nothing is carried."""
+    unsent = continuation_text[sent_chars:]
+    longest = max((len(stop) for stop in stops), default=1) - 1
+    return unsent if len(unsent) <= longest else ""

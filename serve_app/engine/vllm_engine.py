@@ -77,7 +77,9 @@ class VLLMEngine(LLMEngine):
             raise EngineRequestError(EngineError(f"the prompt cannot be rendered: {exc}"[:500], param="messages")) from None
         carried = ""
         if request.continuation and request.sampling.stop:
-            carried = unsent_text(self._tokenizer.decode(list(request.continuation)), request.continuation_chars)
+            # decoded as vLLM's detokenizer does by default: special tokens skipped
+            decoded = self._tokenizer.decode(list(request.continuation), skip_special_tokens=True)
+            carried = unsent_text(decoded, request.continuation_chars, request.sampling.stop)
         return prompt_ids, carried
 
     def _sampling_params(self, request: GenerationRequest, max_tokens: int) -> Any:

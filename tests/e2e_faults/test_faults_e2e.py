@@ -8,13 +8,11 @@ import json
 import time
 
 import httpx
-import psutil
 import pytest
 import ray
-from ray.util.state import list_actors
 from transformers import AutoTokenizer
 
-from tests.conftest import REPO
+from tests.conftest import REPO, engine_processes
 from tests.e2e_faults.conftest import BROKEN, MODEL, REQUEST_TIMEOUT_S, running, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -59,13 +57,13 @@ async def all_streams(base: str) -> list[dict]:
 
 
 def engine_cores() -> int:
-    return sum("EngineCore" in " ".join(p.info["cmdline"] or []) or "EngineCore" in (p.info["name"] or "")
-               for p in psutil.process_iter(["cmdline", "name"]))
+    return sum("EngineCore" in line for line in engine_processes())
 
 
 def kill_replica(deployment: str) -> None:
-    (actor,) = [a for a in list_actors(filters=[("state", "=", "ALIVE")]) if a.class_name.endswith(deployment)]
-    ray.kill(ray.get_actor(actor.name, namespace=actor.ray_namespace), no_restart=True)
+    """SIGKILL-like end of the deployment's replica actor (as a lost node does it)."""
+    (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True) if f"#{deployment}#" in a["name"]]
+    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
 
 
 def test_a_pool_whose_replica_cannot_start_is_refused_at_once_with_the_reason(live_app):

@@ -23,7 +23,7 @@ def test_a_stop_string_split_across_a_seam_is_found_from_the_carried_text():
     first = StopStrings(("END",))
     sent = first.feed("Hello EN")  # the attempt ends here: a resume or a bucket edge
     assert sent == "Hello "
-    carried = unsent_text("Hello EN", len(sent))  # the next attempt decodes the tokens already sent
+    carried = unsent_text("Hello EN", len(sent), ("END",))  # the next attempt decodes the tokens already sent
     second = StopStrings(("END",), carried)
     assert second.feed("D and more") == "" and second.stopped
 
@@ -31,11 +31,16 @@ def test_a_stop_string_split_across_a_seam_is_found_from_the_carried_text():
 def test_held_back_text_is_not_lost_at_a_seam_when_no_stop_follows():
     first = StopStrings(("END",))
     sent = first.feed("Hello EN")
-    second = StopStrings(("END",), unsent_text("Hello EN", len(sent)))
+    second = StopStrings(("END",), unsent_text("Hello EN", len(sent), ("END",)))
     assert sent + second.feed("ough said") == "Hello ENough said"
 
 
 def test_without_stop_strings_everything_passes_at_once():
     matcher = StopStrings(())
     assert matcher.feed("abc") == "abc" and matcher.flush() == ""
-    assert unsent_text("abc", 5) == ""
+    assert unsent_text("abc", 5, ("END",)) == ""
+
+
+def test_a_decoding_that_differs_from_the_streamed_text_carries_nothing():
+    # e.g. special tokens decoded that the stream skipped: far more than a stop's start
+    assert unsent_text("<|im_end|>Hello EN", 8, ("END",)) == ""
