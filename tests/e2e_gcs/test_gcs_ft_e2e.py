@@ -1,0 +1,130 @@
+"""A head failure survived: GCS fault tolerance on a real Redis, as prod.yaml's
+RayService runs it. A local Redis server (started here, a real process) keeps
+the cluster's state; the GCS is killed under streamed load and restarted. The
+app must keep serving while the GCS is down, lose no request, and the cluster
+must come back with its state (nodes, the app, new work schedulable)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+import ray
+from ray import serve
+from ray.cluster_utils import Cluster
+
+from benchmarks.servers import free_port
+from serve_app.app import build_from_config
+from serve_app.config import AppConfig
+from tests.conftest import REPO, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+MODEL = "smollm2"
+TOKENS = 96
+PROMPTS = [f"Write a short story about a {thing}." for thing in ("cat", "ship", "robot", "garden", "storm", "violin")]
+GCS_DOWN_S = 12
+
+
+@pytest.fixture(scope="module")
+def redis():
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is missing: .ci/run installs Debian's redis-server package"
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    assert wait_until(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                                             text=True).stdout.strip() == "PONG", 10)
+    yield f"127.0.0.1:{port}"
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture(scope="module")
+def app_on_gcs_ft(redis):
+    env = pytest.MonkeyPatch()
+    env.setenv("RAY_REDIS_ADDRESS", redis)  # the head keeps its state in Redis
+    env.setenv("PYTHONPATH", str(REPO))
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
+    ray.init(address=cluster.address)
+    port = free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    config = AppConfig.model_validate({
+        "models": [{"name": MODEL, "stream_chunk_tokens": 1, "engine": {
+            "model": str(REPO / "models" / "SmolLM2-135M-Instruct"), "dtype": "float32", "max_model_len": 512,
+            "max_num_seqs": 16, "cpu_kv_cache_gib": 1, "enforce_eager": True}}],
+    })
+    serve.run(build_from_config(config), name="llm", route_prefix="/")
+    try:
+        yield cluster, f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+        env.undo()
+
+
+async def one(http: httpx.AsyncClient, prompt: str) -> tuple[str, int, str | None]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": TOKENS,
+            "temperature": 0, "ignore_eos": True}
+    try:
+        reply = await http.post("/v1/chat/completions", json=body)
+    except httpx.HTTPError as exc:
+        return "", 0, repr(exc)
+    if reply.status_code != 200:
+        return "", 0, f"HTTP {reply.status_code}"
+    data = reply.json()
+    return data["choices"][0]["message"]["content"], data["usage"]["completion_tokens"], None
+
+
+def test_the_app_serves_through_a_gcs_restart_and_the_cluster_recovers(app_on_gcs_ft):
+    cluster, base = app_on_gcs_ft
+    http_timeout = httpx.Timeout(120)
+
+    async def reference() -> dict[str, str]:
+        async with httpx.AsyncClient(base_url=base, timeout=http_timeout) as http:
+            results = await asyncio.gather(*(one(http, p) for p in PROMPTS))
+        return {p: text for p, (text, _, _) in zip(PROMPTS, results, strict=True)}
+
+    expected = asyncio.run(reference())
+
+    async def under_load() -> tuple[list, list]:
+        sent, during_outage = [], []
+        async with httpx.AsyncClient(base_url=base, timeout=http_timeout) as http:
+            async def wave(record: list) -> None:
+                record.extend(zip(PROMPTS, await asyncio.gather(*(one(http, p) for p in PROMPTS)), strict=True))
+
+            first = asyncio.create_task(wave(sent))
+            await asyncio.sleep(3)
+            await asyncio.to_thread(cluster.head_node.kill_gcs_server)
+            await asyncio.sleep(1)
+            await wave(during_outage)  # sent and answered while the GCS is down
+            await asyncio.sleep(max(0.0, GCS_DOWN_S - 1))
+            await asyncio.to_thread(cluster.head_node.start_gcs_server)
+            await first
+            await wave(sent)
+        return sent, during_outage
+
+    started = time.monotonic()
+    sent, during_outage = asyncio.run(under_load())
+    results = sent + during_outage
+    summary = {
+        "sent": len(results),
+        "succeeded": sum(error is None and tokens == TOKENS for _, (_, tokens, error) in results),
+        "failed": sum(error is not None for _, (_, _, error) in results),
+        "differing": sum(text != expected[prompt] for prompt, (text, _, error) in results if error is None),
+        "hung": sum(error is not None and "Timeout" in error for _, (_, _, error) in results),
+        "answered_while_gcs_down": sum(error is None for _, (_, _, error) in during_outage),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    print(f"\n[gcs-ft] GCS killed for {GCS_DOWN_S}s under load: {summary}")
+    assert summary["failed"] == summary["differing"] == summary["hung"] == 0 and summary["succeeded"] == summary["sent"]
+    assert summary["answered_while_gcs_down"] == len(PROMPTS)
+    # The cluster recovered its state from Redis: the node, the app, and new work runs.
+    assert wait_until(lambda: serve.status().applications["llm"].status.value == "RUNNING", 60)
+    assert [node["Alive"] for node in ray.nodes()] == [True]
+    assert ray.get(ray.remote(lambda: "scheduled").remote(), timeout=60) == "scheduled"
