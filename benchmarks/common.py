@@ -1,4 +1,5 @@
-"""What the benchmarks share: prompt topics, percentiles, ratios to a baseline."""
+"""What the benchmarks share: prompt topics and ratios to a baseline. Percentiles
+come from `serve_app.quantile.quantile`, the project's one quantile helper."""
 
 from __future__ import annotations
 
@@ -10,21 +11,14 @@ TOPICS = ["a lighthouse", "a robot chef", "the ocean", "a lost key", "mountains"
 """Story topics for long-output prompts."""
 
 
-def percentile(values: Iterable[float], q: float) -> float:
-    """Nearest-rank percentile `q` (0-100) of `values`; NaN when there are none."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
+def ratio(mine: float | None, theirs: float | None, digits: int = 3) -> float | None:
+    """mine / theirs; None where either is missing or NaN, or theirs is 0."""
+    if mine is None or theirs is None or math.isnan(mine) or math.isnan(theirs) or theirs == 0:
+        return None
+    return round(mine / theirs, digits)
 
 
-def ratios(ours: Mapping[str, float], baseline: Mapping[str, float], keys: Iterable[str]) -> dict[str, float | None]:
-    """ours / baseline per key (>1 is better for throughput, <1 for latency);
-    None where either side is missing, NaN, or the baseline is 0."""
-    result: dict[str, float | None] = {}
-    for key in keys:
-        mine, theirs = ours.get(key), baseline.get(key)
-        valid = mine is not None and theirs is not None and not math.isnan(mine) and not math.isnan(theirs)
-        result[key] = round(mine / theirs, 3) if valid and theirs != 0 else None
-    return result
+def ratios(ours: Mapping[str, float | None], baseline: Mapping[str, float | None],
+           keys: Iterable[str]) -> dict[str, float | None]:
+    """ours / baseline per key (>1 is better for throughput, <1 for latency)."""
+    return {key: ratio(ours.get(key), baseline.get(key)) for key in keys}

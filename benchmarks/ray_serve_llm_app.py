@@ -21,7 +21,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.servers import LocalServer, local_engine_kwargs  # noqa: E402
+from benchmarks.servers import LocalServer, local_engine_kwargs, replica_engine_env  # noqa: E402
 from serve_app.config import ModelConfig, app_configs, load_serve_config  # noqa: E402
 
 
@@ -31,13 +31,11 @@ def first_model(config_path: Path) -> ModelConfig:
 
 def llm_config_kwargs(model: ModelConfig, cwd: Path) -> dict[str, Any]:
     """`LLMConfig` fields for `model`: one replica whose engine gets one CPU bundle,
-    the model's engine arguments, and its KV space through the replica's env."""
+    the model's engine arguments, and this app's replica engine environment."""
     engine = local_engine_kwargs(model.engine)
     source = engine.pop("model")
     local = cwd / source
-    env_vars = {}
-    if model.engine.cpu_kv_cache_gib is not None:
-        env_vars["VLLM_CPU_KVCACHE_SPACE"] = str(model.engine.cpu_kv_cache_gib)
+    env_vars = {**replica_engine_env(model), "RAY_worker_niceness": "0"}  # as this app's replicas run
     return {
         # A local directory goes in absolute: Ray's workers do not start in our cwd.
         "model_loading_config": {"model_id": model.name, "model_source": str(local) if local.exists() else source},

@@ -7,8 +7,10 @@ must come back with its state (nodes, the app, new work schedulable)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
+import sys
 import time
 
 import httpx
@@ -49,7 +51,12 @@ def app_on_gcs_ft(redis):
     env = pytest.MonkeyPatch()
     env.setenv("RAY_REDIS_ADDRESS", redis)  # the head keeps its state in Redis
     env.setenv("PYTHONPATH", str(REPO))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4})
+    # This driver's GCS client does not reconnect after the restart (Ray 2.60,
+    # see `recovered`); with the 60 s default it would end the test process.
+    env.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "900")
+    env.setenv("RAY_AUTH_MODE", "disabled")
+    # a fixed GCS port: the restarted GCS must be where every client looks for it
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "gcs_server_port": free_port()})
     ray.init(address=cluster.address)
     port = free_port()
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
@@ -62,7 +69,9 @@ def app_on_gcs_ft(redis):
     try:
         yield cluster, f"http://127.0.0.1:{port}"
     finally:
-        serve.shutdown()
+        # Not `serve.shutdown()`: after the restart this driver's own GCS client
+        # does not reconnect (Ray 2.60; see `recovered`). Ending the cluster ends
+        # the app, and each replica's reaper ends its engine processes.
         ray.shutdown()
         cluster.shutdown()
         env.undo()
@@ -124,7 +133,31 @@ def test_the_app_serves_through_a_gcs_restart_and_the_cluster_recovers(app_on_gc
     print(f"\n[gcs-ft] GCS killed for {GCS_DOWN_S}s under load: {summary}")
     assert summary["failed"] == summary["differing"] == summary["hung"] == 0 and summary["succeeded"] == summary["sent"]
     assert summary["answered_while_gcs_down"] == len(PROMPTS)
-    # The cluster recovered its state from Redis: the node, the app, and new work runs.
-    assert wait_until(lambda: serve.status().applications["llm"].status.value == "RUNNING", 60)
-    assert [node["Alive"] for node in ray.nodes()] == [True]
-    assert ray.get(ray.remote(lambda: "scheduled").remote(), timeout=60) == "scheduled"
+    # The cluster recovered its state from Redis, as a new client sees it: the
+    # node, the app and its deployments, and new work is scheduled.
+    assert recovered(cluster.address) == {"alive_nodes": 1, "app": "RUNNING", "task": "scheduled"}
+
+
+RECOVERY_CHECK = """
+import json, sys, ray
+from ray import serve
+ray.init(address=sys.argv[1], namespace="serve")
+state = {"alive_nodes": sum(node["Alive"] for node in ray.nodes())}
+print("nodes", state, file=sys.stderr, flush=True)
+state["task"] = ray.get(ray.remote(num_cpus=0)(lambda: "scheduled").remote(), timeout=60)
+print("task", state, file=sys.stderr, flush=True)
+state["app"] = serve.status().applications["llm"].status.value
+print(json.dumps(state))
+"""
+
+
+def recovered(address: str) -> dict:
+    """The cluster's state read by a new driver (this test's own driver keeps a
+    GCS client from before the restart that Ray 2.60 does not reconnect)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", RECOVERY_CHECK, address], capture_output=True, text=True,
+                             timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"a new driver got stuck: {(exc.stderr or b'')[-1500:]!r}") from None
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,0 +1,123 @@
+"""What both benchmarks report alike: the spread of repeats, the validity gate,
+targets with pass/fail, the machine and the command line, the JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from benchmarks.metrics import rounded
+from serve_app.engine.cpu_dtype import NATIVE_BF16_FLAGS, cpu_flags
+from serve_app.quantile import quantile
+
+NOTABLE_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni", "fma")
+
+
+def spread(values: Iterable[float | None]) -> dict[str, float | int | None]:
+    """Median (numpy's linear interpolation), min and max of the values given."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": quantile(present, 0.5), "min": min(present), "max": max(present), "n": len(present)}
+
+
+def dig(data: Mapping[str, Any] | None, path: str) -> Any:
+    """`data["a"]["b"]` for path `a.b`; None where any step is missing."""
+    for key in path.split("."):
+        if not isinstance(data, Mapping) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def spreads(runs: list[Mapping[str, Any]], paths: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """`spread` of each named dotted path over `runs`."""
+    return {name: spread(dig(run, path) for run in runs) for name, path in paths.items()}
+
+
+def validity(checks: Mapping[str, tuple[float | None, float]]) -> dict[str, Any]:
+    """The validity gate: each check is (measured, limit) and passes when
+    measured < limit; a check that could not be measured fails."""
+    reasons = [f"{name} {'not measured' if value is None else f'{value:.3g}'} (limit < {limit})"
+               for name, (value, limit) in checks.items() if value is None or not value < limit]
+    return {"valid": not reasons, "reasons": reasons,
+            "checks": {name: {"value": value, "limit": limit} for name, (value, limit) in checks.items()}}
+
+
+def usable_runs(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The valid measured runs; all measured runs (and False) when none is valid."""
+    measured = [r for r in runs if "error" not in r]
+    valid = [r for r in measured if r["validity"]["valid"]]
+    return (valid, True) if valid else (measured, False)
+
+
+OPS: dict[str, Callable[[float, float], bool]] = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b,
+                                                  "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def target(value: float | None, op: str, threshold: float, what: str) -> dict[str, Any]:
+    """One target: pass/fail, or None (not measured)."""
+    return {"what": what, "value": value, "op": op, "threshold": threshold,
+            "pass": None if value is None else OPS[op](value, threshold)}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measured_on() -> str:
+    """The CPU model, core count and its notable feature flags."""
+    flags = cpu_flags()
+    notable = [f for f in NOTABLE_FLAGS if f in flags]
+    bf16 = "native bf16" if flags & NATIVE_BF16_FLAGS else "no native bf16"
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, flags: {' '.join(notable) or 'none of ' + '/'.join(NOTABLE_FLAGS)} ({bf16})"
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "measured_on": measured_on(), "platform": platform.platform()}
+
+
+def command_line() -> str:
+    """How this benchmark was started, to rerun it."""
+    return shlex.join([".venv/bin/python", *sys.argv])
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rounded(data), indent=2))
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def fmt_spread(s: Mapping[str, Any] | None, digits: int = 3) -> str:
+    """`median [min-max]`, or `-`."""
+    if not s or s.get("median") is None:
+        return "-"
+    if s["n"] == 1:
+        return fmt(s["median"], digits)
+    return f"{fmt(s['median'], digits)} [{fmt(s['min'], digits)}-{fmt(s['max'], digits)}]"
+
+
+def print_targets(targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+    for system, checks in targets.items():
+        for name, t in checks.items():
+            verdict = {True: "PASS", False: "FAIL", None: "n/a "}[t["pass"]]
+            print(f"  {verdict} {system}: {name}: {fmt(t['value'])} {t['op']} {t['threshold']} ({t['what']})")
