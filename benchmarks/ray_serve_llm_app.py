@@ -65,7 +65,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     llm_config = LLMConfig(**llm_config_kwargs(first_model(Path(args.config)), Path.cwd()))
-    ray.init(num_cpus=args.num_cpus)
+    ray.init(address="local", num_cpus=args.num_cpus)  # a fresh cluster, as `serve run -a local`
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": args.port})
         serve.run(build_openai_app({"llm_configs": [llm_config]}))

@@ -3,9 +3,9 @@
 Replicas are pinned with `ray_actor_options.label_selector`; Spot
 replicas fall back to on-demand nodes through `fallback_strategy` (a list of
 option dicts, of which Ray 2.60 honours `label_selector`). Deployments with
-`placement_group_bundles` are pinned per bundle instead; Serve 2.60 has no
-fallback for placement groups, so there the on-demand deployment of the pool is
-the fallback.
+`placement_group_bundles` are pinned per bundle instead; Serve 2.60 offers no
+option or config field for a placement-group fallback (`ReplicaConfig` has one
+internally, unset), so there the on-demand deployment of the pool is the fallback.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`serve-app plan`: monthly cost of five setups from measured throughput and dated prices.
 
     serve-app plan --baseline results/throughput.json --measured results/mixed_workload.json \\
-        --measured results/fault.json --requests-per-month 30e6 --mean-output-tokens 200 \\
+        --measured results/fault_spot.json --requests-per-month 30e6 --mean-output-tokens 200 \\
         --instance-type g6e.xlarge --out results/plan
 
 The baseline is one replica's throughput from `benchmarks/throughput.py`'s JSON;

@@ -73,7 +73,7 @@ def wait_for(predicate, timeout_s: float) -> float:
 
 @pytest.fixture(scope="module")
 def live_app():
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    ray.init(address="local", num_cpus=4, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
     client = serve_start(proxy_location="Disabled")  # handles only: no HTTP port to collide on
     config = ServeDeploySchema.model_validate({"applications": [{
         "name": APP_NAME,

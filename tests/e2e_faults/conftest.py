@@ -79,7 +79,7 @@ def live_app():
     """(base URL without /v1, the app config)."""
     env = pytest.MonkeyPatch()
     env.setenv("PYTHONPATH", str(REPO))
-    ray.init(num_cpus=4, include_dashboard=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False)
     port = free_port()
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     started = time.monotonic()
