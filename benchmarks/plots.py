@@ -52,7 +52,7 @@ def throughput_plot(results: Sequence[Mapping[str, Any]], path: Path, title: str
             axes[3].bar(xs, values, 0.6, bottom=bottom, label=group)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     axes[3].set_title("CPU-s per 1k output tokens (median)")
-    axes[3].legend(fontsize=7)
+    axes[3].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
     for ax in axes:
         ax.set_xticks(xs, names, fontsize=8)
     fig.suptitle(title)
