@@ -138,6 +138,9 @@ class IngressConfig(StrictModel):
     retry_backoff_s: float = Field(default=0.5, ge=0)
     """Wait before the second try; doubles per further try."""
     deployment: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+        default_factory=lambda: DeploymentOptions(max_ongoing_requests=1000, max_queued_requests=1000,
+                                                  ray_actor_options={"num_cpus": 0})
     )
-    """Ray Serve options of the ingress replicas."""
+    """Ray Serve options of the ingress replicas. Serve's proxy queues at most
+    `max_queued_requests` for them and answers 503 past it (unbounded in Serve's
+    default), so slow clients cannot pile up without limit."""

@@ -53,3 +53,8 @@ def test_replicas_get_serve_headroom_over_their_slots_and_run_at_normal_priority
     assert deployment.slots_per_replica == 32 and deployment.options["max_ongoing_requests"] == 40
     assert deployment.options["ray_actor_options"]["runtime_env"]["env_vars"] == {"RAY_worker_niceness": "0", "A": "1"}
     assert config.models[0].deployment.serve_options()["ray_actor_options"]["runtime_env"]["env_vars"] == {"A": "1"}
+
+
+def test_the_ingress_queue_in_serves_proxy_is_bounded_by_default():
+    config = AppConfig.model_validate({"models": [{"name": "m", "engine": {"model": "x"}}]})
+    assert Topology(config).ingress_options()["max_queued_requests"] == 1000
