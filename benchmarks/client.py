@@ -9,6 +9,7 @@ stalled the event loop for seconds, sending later requests late.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -203,3 +204,13 @@ def realtime_client(enabled: bool) -> Iterator[bool]:
     finally:
         if enabled:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def add_client_options(parser: argparse.ArgumentParser, progress_s: float) -> None:
+    """The load generator's command-line options, the same in both benchmarks."""
+    parser.add_argument("--realtime-client", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the sending thread as SCHED_FIFO so busy servers cannot starve its clock "
+                             "(servers keep the default policy)")
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per request")
+    parser.add_argument("--progress-s", type=float, default=progress_s)

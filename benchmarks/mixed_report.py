@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks.common import ratio
 from benchmarks.metrics import RequestRecord, Slo, summarize
-from benchmarks.report import dig, fmt, fmt_spread, print_targets, spread, target
+from benchmarks.report import dig, factor, fmt, fmt_spread, print_targets, spread, target
 from benchmarks.workload import CLASSES, PlannedRequest
 
 BASELINE = "vllm"
@@ -110,11 +110,11 @@ def length_scheduling_factor(stats: Mapping[str, dict[float, dict[str, Any]]], l
                   4)
     if not value:
         return None
-    return {"value": value, "measured_on": measured_on, "command": command, "definition": (
+    return factor(value, (
         f"total output tok/s of this app with length-aware scheduling (configs/local.yaml) over the same app "
         f"with it off (configs/local-nobuckets.yaml), median of valid interleaved repeats (of {repeats}), open-loop "
         f"seeded Poisson mix of short/other/long chat requests ({requests} per run) at {load} of vLLM FCFS's "
-        f"calibrated capacity")}
+        f"calibrated capacity"), measured_on, command)
 
 
 def print_tables(stats: Mapping[str, dict[float, dict[str, Any]]], ratios: Mapping[str, Any],

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.client import add_client_options
 from benchmarks.systems import System, choose, first_app, registry
 from benchmarks.workload import TRUE_PRIORITY, PlannedRequest, WorkloadSpec, generate
 from serve_app.config import AppConfig
@@ -173,12 +174,8 @@ def parse_args(description: str | None, argv: list[str] | None = None) -> argpar
     parser.add_argument("--restart-per-point", action="store_true",
                         help="a fresh server per load point (default: one per repeat serves every point)")
     parser.add_argument("--settle-s", type=float, default=5.0, help="idle seconds before each load point")
-    parser.add_argument("--realtime-client", action=argparse.BooleanOptionalAction, default=True,
-                        help="run the sending thread as SCHED_FIFO so busy servers cannot starve its clock")
     parser.add_argument("--keep-records", action=argparse.BooleanOptionalAction, default=True,
                         help="write every request's timings into the JSON")
-    parser.add_argument("--api-key", default=None)
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="per request")
-    parser.add_argument("--progress-s", type=float, default=15.0)
+    add_client_options(parser, progress_s=15.0)
     parser.add_argument("--out", default="results/mixed_workload")
     return parser.parse_args(argv)

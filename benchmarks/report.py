@@ -94,6 +94,11 @@ def command_line() -> str:
     return shlex.join([".venv/bin/python", *sys.argv])
 
 
+def factor(value: float, definition: str, measured_on: str, command: str) -> dict[str, Any]:
+    """One entry of a result's `factors`, in the shape `serve_app.cost.measured` reads."""
+    return {"value": value, "measured_on": measured_on, "command": command, "definition": definition}
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rounded(data), indent=2))

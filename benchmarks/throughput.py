@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import cpu_accounting as cpu  # noqa: E402
 from benchmarks import quality  # noqa: E402
-from benchmarks.client import LoopLag, Progress, StreamSender, closed_loop, realtime_client  # noqa: E402
+from benchmarks.client import LoopLag, Progress, StreamSender, add_client_options, closed_loop, realtime_client  # noqa: E402
 from benchmarks.common import TOPICS  # noqa: E402
 from benchmarks.metrics import Slo, summarize  # noqa: E402
 from benchmarks.plots import throughput_plot  # noqa: E402
@@ -155,11 +155,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-lag-p99-s", type=float, default=0.1, help="validity: client loop lag p99 limit")
     parser.add_argument("--max-client-share", type=float, default=0.1,
                         help="validity: the client's CPU share of the machine during the load phase")
-    parser.add_argument("--realtime-client", action=argparse.BooleanOptionalAction, default=True,
-                        help="run the sending thread as SCHED_FIFO (servers keep the default policy)")
-    parser.add_argument("--api-key", default=None)
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="per request")
-    parser.add_argument("--progress-s", type=float, default=10.0)
+    add_client_options(parser, progress_s=10.0)
     parser.add_argument("--out", default="results/throughput")
     return parser.parse_args()
 

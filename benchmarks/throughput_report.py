@@ -9,7 +9,7 @@ from typing import Any
 from benchmarks import quality
 from benchmarks.common import ratio
 from benchmarks.cpu_accounting import GROUPS
-from benchmarks.report import dig, fmt, fmt_spread, print_targets, spread, spreads, target, usable_runs
+from benchmarks.report import dig, factor, fmt, fmt_spread, print_targets, spread, spreads, target, usable_runs
 from benchmarks.systems import System
 
 STAT_PATHS = {
@@ -96,11 +96,11 @@ def quantization_factor(results: Mapping[str, dict[str, Any]], workload: Mapping
     value = ratio(int8 and int8["output_tok_per_s"], app and app["output_tok_per_s"], 4)
     if not value:
         return None
-    return {"value": value, "measured_on": measured_on, "command": command, "definition": (
+    return factor(value, (
         f"output tok/s of this app on the W8A8 INT8 checkpoint ({int8['description']}, quantization "
         f"{int8['quantization']}) over this app unquantized ({app['description']}, dtype as resolved on this CPU); "
         f"medians of {workload['repeats']} interleaved repeats of {workload['requests']} streamed chat requests x "
-        f"{workload['max_tokens']} tokens (ignore_eos, greedy), {workload['concurrency']} concurrent")}
+        f"{workload['max_tokens']} tokens (ignore_eos, greedy), {workload['concurrency']} concurrent"), measured_on, command)
 
 
 def answers_block(systems: Sequence[System], runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
