@@ -26,11 +26,12 @@ from serve_app.topology import INGRESS_DEPLOYMENT, Topology, deployment_name
 
 logger = logger_for(__name__)
 
-CAPACITY_POLL_S = 2.0
-"""How often the ingress re-reads how many replicas each pool has running."""
-WAITING_POLL_S = 0.5
-"""The same while requests wait for a pool with no slot (starting up, scaling
-from zero), so they get the first replica as soon as it runs."""
+CAPACITY_POLL_S = 5.0
+"""How often the ingress re-reads how many replicas each pool has running, while
+nothing changes (each read asks the controller for the whole app's status)."""
+CHANGING_POLL_S = 0.5
+"""The same while replicas start or requests wait for a pool with no slot
+(starting up, scaling from zero), so they get a new replica as soon as it runs."""
 
 StateReader = Callable[[], Awaitable[dict[str, DeploymentState]]]
 """Every deployment of the app by name."""
@@ -137,8 +138,10 @@ class OpenAIIngress:
         """Keep each pool's slots at this ingress replica's share of its running
         replicas' slots, and say which pools are down."""
         while True:
+            starting = False
             try:
                 states = await self._read_states()
+                starting = any(state.starting for state in states.values())
                 self._client.set_states(states)
                 ingress = states.get(INGRESS_DEPLOYMENT)
                 ingresses = max(1, ingress.running if ingress is not None else 1)
@@ -157,4 +160,4 @@ class OpenAIIngress:
             except Exception:  # the controller may be briefly unreachable; keep the last counts
                 logger.exception("reading pool replica counts failed")
             waiting = any(not stats.slots and stats.waiting for stats in self._batcher.stats().values())
-            await asyncio.sleep(WAITING_POLL_S if waiting else CAPACITY_POLL_S)
+            await asyncio.sleep(CHANGING_POLL_S if starting or waiting else CAPACITY_POLL_S)

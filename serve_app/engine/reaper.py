@@ -4,15 +4,18 @@ vLLM runs its engine core and workers as child processes of the replica. A
 replica that ends normally shuts them down (`LLMEngine.shutdown`), but one that
 is killed (a lost node's actors, `ray stop --force`, a crash) leaves them
 running and holding CPU and memory. So the replica starts this small watcher
-beside them: it polls the replica's process and, once it is gone, kills the
+beside them: it waits for the replica's process to end and then kills the
 processes it was given (each checked by its start time, so a reused PID is
-never hit).
+never hit). On Linux it blocks on process file descriptors and costs no CPU
+while it waits; elsewhere it polls.
 
     python -m serve_app.engine.reaper PARENT_PID:START_TIME PID:START_TIME ...
 """
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import sys
 import time
@@ -20,22 +23,51 @@ import time
 import psutil
 
 POLL_S = 0.5
+"""How often the watcher looks, where the OS has no process file descriptors."""
 
 
 def _alive(pid: int, started: float) -> psutil.Process | None:
     try:
         process = psutil.Process(pid)
-        return process if abs(process.create_time() - started) < 0.01 else None
+        same = abs(process.create_time() - started) < 0.01
+        return process if same and process.status() != psutil.STATUS_ZOMBIE else None
     except psutil.NoSuchProcess:
         return None
 
 
+def _wait_for_exits(parent: tuple[int, float], children: list[tuple[int, float]], poll_s: float) -> None:
+    """Return once `parent` is gone or every child is."""
+    if not hasattr(os, "pidfd_open"):
+        while _alive(*parent) is not None and any(_alive(*child) for child in children):
+            time.sleep(poll_s)
+        return
+    watched = {}
+    for pid, started in [parent, *children]:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if _alive(pid, started) is None:  # the PID was reused before we held it
+            os.close(fd)
+            continue
+        watched[fd] = pid
+    if parent[0] not in watched.values():
+        return
+    poller = select.poll()
+    for fd in watched:
+        poller.register(fd, select.POLLIN)
+    remaining = {pid for pid in watched.values() if pid != parent[0]}
+    while remaining:
+        for fd, _event in poller.poll():
+            if watched[fd] == parent[0]:
+                return
+            poller.unregister(fd)
+            remaining.discard(watched[fd])
+
+
 def watch(parent: tuple[int, float], children: list[tuple[int, float]], poll_s: float = POLL_S) -> list[int]:
     """Wait until `parent` is gone (or every child is); kill the children left. Returns their pids."""
-    while _alive(*parent) is not None:
-        if not any(_alive(*child) for child in children):
-            return []
-        time.sleep(poll_s)
+    _wait_for_exits(parent, children, poll_s)
     killed = []
     for pid, started in children:
         process = _alive(pid, started)

@@ -53,3 +53,21 @@ async def test_remote_tracebacks_do_not_reach_the_client(small_config):
     message = response.json()["error"]["message"]
     assert response.status_code == 500 and "ValueError: bad" in message
     assert "secret/path.py" not in message
+
+
+@pytest.mark.parametrize("starting, min_reads, max_reads", [(1, 3, 6), (0, 1, 1)])
+async def test_replica_counts_are_read_often_only_while_replicas_start(small_config, starting, min_reads, max_reads):
+    import asyncio
+
+    reads = []
+    handles = {deployment_name(model.name, "default"): FailingHandle(ValueError()) for model in small_config.models}
+
+    async def states():
+        reads.append(asyncio.get_running_loop().time())
+        return {name: DeploymentState(running=1, starting=starting) for name in handles}
+
+    ingress = OpenAIIngress.__new__(OpenAIIngress)
+    await ingress.__init__(small_config, handles, read_states=states)
+    await asyncio.sleep(1.6)
+    ingress._poller.cancel()
+    assert min_reads <= len(reads) <= max_reads

@@ -48,3 +48,19 @@ def test_the_reaper_leaves_when_its_children_end_on_their_own():
     child.wait()
     me = psutil.Process()
     assert watch((me.pid, me.create_time()), [(child.pid, 0.0)], poll_s=0.01) == []
+
+
+def test_the_watcher_returns_when_the_parent_ends_with_or_without_process_fds(monkeypatch):
+    from serve_app.engine import reaper
+
+    for use_fds in (True, False):
+        if not use_fds:
+            monkeypatch.delattr(reaper.os, "pidfd_open", raising=False)
+        parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        started = time.monotonic()
+        killed = reaper.watch((parent.pid, psutil.Process(parent.pid).create_time()),
+                              [(child.pid, psutil.Process(child.pid).create_time())], poll_s=0.05)
+        assert killed == [child.pid] and time.monotonic() - started < 5
+        child.wait(timeout=5)
+        parent.wait()
