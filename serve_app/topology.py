@@ -35,8 +35,7 @@ slots made it reject and back off (25-500 ms) requests the ingress had admitted.
 REPLICA_ENV = {"RAY_worker_niceness": "0"}
 """Environment of LLM replicas unless a config sets these: Ray nices its workers
 to 15, and the engine processes a replica starts inherit it; `vllm serve` runs
-at 0, so a replica competing with Ray's own processes for CPU ran slower. Once
-its engine runs, the replica itself steps back to 15 (`engine.niceness`)."""
+at 0, so a replica competing with Ray's own processes for CPU ran slower."""
 
 _SUFFIX = {ANY_CAPACITY: "", SPOT: "-spot", ON_DEMAND: "-ondemand"}
 

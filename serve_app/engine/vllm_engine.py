@@ -21,7 +21,6 @@ from serve_app.engine.base import (
     attempt_budget,
 )
 from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
-from serve_app.engine.niceness import step_back
 from serve_app.engine.reaper import start_reaper
 from serve_app.engine.stop_strings import StopStrings, unsent_text
 from serve_app.logs import logger_for
@@ -53,7 +52,6 @@ class VLLMEngine(LLMEngine):
         args = AsyncEngineArgs(**kwargs, disable_log_stats=True)
         self._engine = AsyncLLM.from_engine_args(args)
         self._reaper = start_reaper(psutil.Process().children(recursive=True))
-        step_back()
         self._tokenizer = self._engine.get_tokenizer()
         model_config = self._engine.model_config
         self._max_model_len = model_config.max_model_len
