@@ -35,34 +35,42 @@ def _alive(pid: int, started: float) -> psutil.Process | None:
         return None
 
 
+def _open(pid: int, started: float) -> int | None:
+    """A process file descriptor for the process, or None once it is gone (or its PID was reused)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    if _alive(pid, started) is None:  # checked after opening, so the descriptor holds the right process
+        os.close(fd)
+        return None
+    return fd
+
+
 def _wait_for_exits(parent: tuple[int, float], children: list[tuple[int, float]], poll_s: float) -> None:
     """Return once `parent` is gone or every child is."""
     if not hasattr(os, "pidfd_open"):
         while _alive(*parent) is not None and any(_alive(*child) for child in children):
             time.sleep(poll_s)
         return
-    watched = {}
-    for pid, started in [parent, *children]:
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        if _alive(pid, started) is None:  # the PID was reused before we held it
-            os.close(fd)
-            continue
-        watched[fd] = pid
-    if parent[0] not in watched.values():
+    parent_fd = _open(*parent)
+    if parent_fd is None:
         return
+    child_fds = {fd for fd in (_open(*child) for child in children) if fd is not None}
     poller = select.poll()
-    for fd in watched:
+    for fd in (parent_fd, *child_fds):
         poller.register(fd, select.POLLIN)
-    remaining = {pid for pid in watched.values() if pid != parent[0]}
-    while remaining:
-        for fd, _event in poller.poll():
-            if watched[fd] == parent[0]:
-                return
-            poller.unregister(fd)
-            remaining.discard(watched[fd])
+    try:
+        remaining = set(child_fds)
+        while remaining:
+            for fd, _event in poller.poll():
+                if fd == parent_fd:
+                    return
+                poller.unregister(fd)
+                remaining.discard(fd)
+    finally:
+        for fd in (parent_fd, *child_fds):
+            os.close(fd)
 
 
 def watch(parent: tuple[int, float], children: list[tuple[int, float]], poll_s: float = POLL_S) -> list[int]:

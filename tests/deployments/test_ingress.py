@@ -1,5 +1,7 @@
 """Failures of the call to a replica become retries or the right client-facing errors."""
 
+import asyncio
+
 import httpx
 import pytest
 from ray.exceptions import ActorDiedError, RayTaskError
@@ -57,8 +59,6 @@ async def test_remote_tracebacks_do_not_reach_the_client(small_config):
 
 @pytest.mark.parametrize("starting, min_reads, max_reads", [(1, 3, 6), (0, 1, 1)])
 async def test_replica_counts_are_read_often_only_while_replicas_start(small_config, starting, min_reads, max_reads):
-    import asyncio
-
     reads = []
     handles = {deployment_name(model.name, "default"): FailingHandle(ValueError()) for model in small_config.models}
 
