@@ -9,7 +9,7 @@ from typing import Any
 from benchmarks.client import StreamSender
 
 QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("What is the capital of France?", ("paris",)),
+    ("What is the capital of France? Answer in one sentence.", ("paris",)),
     ("What is the capital of Japan?", ("tokyo",)),
     ("What is the capital of Italy?", ("rome",)),
     ("What is the capital of Canada?", ("ottawa",)),

@@ -10,6 +10,12 @@ from serve_app.config import AppConfig
 
 REPO = Path(__file__).resolve().parent.parent
 
+CAPITAL_QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+"""A question the real model answers "Paris" greedily in float32 and bfloat16 alike. For the
+bare "What is the capital of France?" its top two first tokens ("The", "L") are 0.10 nats
+apart in float32, and vLLM's bfloat16 (native AMX or emulated) answers "L'Étoile, la
+Marseillaise, ..."; with "Answer in one sentence." the margin is 1.5 nats."""
+
 
 @pytest.fixture
 def small_config() -> AppConfig:

@@ -9,10 +9,11 @@ import httpx
 import openai
 import pytest
 
+from tests.conftest import CAPITAL_QUESTION as CAPITAL
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "smollm2-135m-instruct"
-CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="package")

@@ -17,12 +17,12 @@ import openai
 import pytest
 
 from benchmarks.servers import ServeRunServer
+from tests.conftest import CAPITAL_QUESTION as CAPITAL
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BIG, TINY = "smollm2-135m-instruct", "smollm2-tiny"
-CAPITAL = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="package")
