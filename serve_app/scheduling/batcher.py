@@ -92,14 +92,16 @@ class LengthBucketBatcher:
         cap = long_cap.decide(slots).cap if long_cap is not None else None
         self._queues[(model, pool)].set_slots(slots, cap, down_reason)
 
-    def _note_short(self, model: str, pool: str) -> None:
-        """A short request arrived: put the long cap in force at once if it was relaxed."""
+    def _note_arrival(self, model: str, pool: str, long: bool) -> None:
+        """A request arrived: when short demand began or ended with it, put the
+        long cap in force or lift it at once, not at the next capacity read."""
         long_cap = self._long_caps.get((model, pool))
-        if long_cap is not None:
-            relaxed = long_cap.decide(self._slots.get((model, pool), (0, None))[0]).share == 1.0
+        if long_cap is None:
+            return
+        if not long:
             long_cap.note_short()
-            if relaxed:
-                self.set_slots(model, pool, *self._slots.get((model, pool), (0, None)))
+        if long_cap.stale():
+            self.set_slots(model, pool, *self._slots.get((model, pool), (0, None)))
 
     def set_ingress_replicas(self, count: int) -> None:
         """Each of `count` ingress replicas takes its share of queues and rate limits."""
@@ -143,8 +145,7 @@ class LengthBucketBatcher:
         long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
         record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
                                prediction.tokens, prediction.source, long=long)
-        if scheduling.enabled and not long:
-            self._note_short(config.name, record.pool)
+        self._note_arrival(config.name, record.pool, long)
         estimate = meta.prompt_class.prompt_chars // 4 + prediction.tokens
         decision = self._limiter.admit(meta.client, estimate)
         if not decision.allowed:

@@ -47,17 +47,29 @@ class LongCapPolicy:
         self._share = config.long_slot_share
         self._tpots: deque[float] = deque(maxlen=TPOT_WINDOW)
         self._last_short: float | None = None
+        self._reserve_in_force = False
+        """Whether the last decision kept a reserve (short requests were about)."""
 
     def note_short(self) -> None:
         """A short request arrived: the reserve applies."""
         self._last_short = self._clock()
+
+    def short_demand(self) -> bool:
+        """A short request arrived within `SHORT_DEMAND_WINDOW_S`."""
+        return self._last_short is not None and self._clock() - self._last_short <= SHORT_DEMAND_WINDOW_S
+
+    def stale(self) -> bool:
+        """Short demand began or ended since the last decision: decide again now
+        rather than at the next capacity read."""
+        return self.short_demand() != self._reserve_in_force
 
     def observe_short_tpot(self, tpot_s: float) -> None:
         self._tpots.append(tpot_s)
 
     def decide(self, slots: int) -> LongCapDecision:
         config, target = self._config, self._config.short_tpot_target_s
-        if self._last_short is None or self._clock() - self._last_short > SHORT_DEMAND_WINDOW_S:
+        self._reserve_in_force = self.short_demand()
+        if not self._reserve_in_force:
             return LongCapDecision(1.0, slots, "no short requests lately: no reserve")
         reason = "fixed share"
         if target is not None and self._tpots:

@@ -9,7 +9,7 @@ from serve_app.engine.base import EngineError, EngineRequestError, GenerationReq
 from serve_app.quantile import quantile
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE, LengthBucketBatcher
 from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
-from serve_app.scheduling.long_cap import LongCapPolicy
+from serve_app.scheduling.long_cap import SHORT_DEMAND_WINDOW_S, LongCapPolicy
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
 from tests.fakes import FakeEngine
@@ -61,6 +61,13 @@ class Pools:
             yield exc.error
         if sent == lose_after:
             raise ReplicaUnavailable("ActorDiedError")
+
+
+class ManualClock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Observer:
@@ -387,3 +394,18 @@ async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
     # the short arrival put the 0.75 share in force; its TPOT then shrank it at the next update
     batcher.set_slots("m", "short", 8)
     assert batcher.stats()[("m", "short")].long_cap == 4  # 0.75 x 0.8 of 8
+
+
+async def test_a_long_arrival_lifts_the_long_cap_as_soon_as_short_demand_has_ended():
+    clock = ManualClock()
+    batcher = LengthBucketBatcher(config(), Pools(), Observer(), clock=clock)
+    model = batcher._models["m"]
+    scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})
+    batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
+    batcher._long_caps[("m", "long")] = LongCapPolicy(scheduling, clock)
+    batcher.set_slots("m", "long", 8)
+    await text_of(batcher, request(6), meta(template="short"))  # predicted 6 < 10 tokens: short
+    assert batcher.stats()[("m", "long")].long_cap == 6  # the 0.75 share, in force at once
+    clock.now += SHORT_DEMAND_WINDOW_S + 1
+    await text_of(batcher, request(20), meta(template="long"))  # no capacity read in between
+    assert batcher.stats()[("m", "long")].long_cap == 8

@@ -52,3 +52,14 @@ def test_near_the_target_the_share_holds():
     for _ in range(10):
         policy.observe_short_tpot(0.09)
     assert policy.decide(10).share == 0.6 and "near" in policy.decide(10).reason
+
+
+def test_a_decision_goes_stale_when_short_demand_begins_or_ends():
+    clock = Clock()
+    policy = LongCapPolicy(LengthSchedulingConfig(), clock)
+    policy.decide(8)
+    assert not policy.stale()
+    policy.note_short()
+    assert policy.stale() and policy.decide(8).cap == 6 and not policy.stale()
+    clock.now += SHORT_DEMAND_WINDOW_S + 1
+    assert policy.stale() and policy.decide(8).cap == 8 and not policy.stale()
