@@ -1,5 +1,5 @@
-"""Fakes for fast unit tests (never e2e): an engine, Serve handles, a Ray node
-and an AWS instance-metadata service on loopback.
+"""Fakes for fast unit tests (never e2e): an engine, Serve handles, a Ray node,
+an AWS instance-metadata service on loopback and a clock set by hand.
 
 The engine "tokenizes" on whitespace and answers with numbered words, so
 outputs and token counts are predictable.
@@ -256,3 +256,13 @@ class FailingHandle:
                 pass
 
         return Failing()
+
+
+class ManualClock:
+    """A monotonic clock a test sets by hand (`clock.now += 5`)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -4,6 +4,7 @@ import pytest
 
 from serve_app.scheduling.admission import AdmissionPolicy, PoolQueue, QueueSnapshot
 from serve_app.scheduling.errors import Overloaded, Unavailable
+from tests.fakes import ManualClock
 
 
 def test_policy_refuses_a_full_queue_and_batch_past_its_share():
@@ -14,16 +15,8 @@ def test_policy_refuses_a_full_queue_and_batch_past_its_share():
     assert not policy.decide(QueueSnapshot(waiting=4, queue_size=4), "realtime").accepted
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_slots_go_to_continuations_then_realtime_then_batch():
-    queue = PoolQueue(8, AdmissionPolicy(1.0), slots=1, clock=Clock())
+    queue = PoolQueue(8, AdmissionPolicy(1.0), slots=1, clock=ManualClock(100.0))
     held = await queue.acquire("batch")
     assert held.waited_s == 0
     order = []
@@ -63,7 +56,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_frees_nothing_it_did_not_
 
 
 async def test_refusals_carry_retry_after_from_recent_waits():
-    clock = Clock()
+    clock = ManualClock(100.0)
     queue = PoolQueue(1, AdmissionPolicy(1.0), slots=1, clock=clock)
     held = await queue.acquire("realtime")  # waited 0
     for wait in (4.2, 6.0):
@@ -101,7 +94,7 @@ async def test_a_waiter_cancelled_as_a_slot_frees_in_the_same_iteration_neither_
 
 
 async def test_shortest_predicted_first_with_aging_so_long_ones_are_not_starved():
-    clock = Clock()
+    clock = ManualClock(100.0)
     queue = PoolQueue(16, AdmissionPolicy(1.0), slots=1, clock=clock, aging_tokens_per_s=10)
     held = await queue.acquire("realtime", 5)
     order = []

@@ -12,7 +12,7 @@ from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavaila
 from serve_app.scheduling.long_cap import SHORT_DEMAND_WINDOW_S, LongCapPolicy
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
-from tests.fakes import FakeEngine
+from tests.fakes import FakeEngine, ManualClock
 
 
 def config(**ingress) -> AppConfig:
@@ -61,13 +61,6 @@ class Pools:
             yield exc.error
         if sent == lose_after:
             raise ReplicaUnavailable("ActorDiedError")
-
-
-class ManualClock:
-    now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Observer:
@@ -397,7 +390,7 @@ async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
 
 
 async def test_a_long_arrival_lifts_the_long_cap_as_soon_as_short_demand_has_ended():
-    clock = ManualClock()
+    clock = ManualClock(1000.0)
     batcher = LengthBucketBatcher(config(), Pools(), Observer(), clock=clock)
     model = batcher._models["m"]
     scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})

@@ -1,16 +1,10 @@
 from serve_app.config import LengthSchedulingConfig
 from serve_app.scheduling.long_cap import SHORT_DEMAND_WINDOW_S, LongCapPolicy
-
-
-class Clock:
-    now = 1000.0
-
-    def __call__(self):
-        return self.now
+from tests.fakes import ManualClock
 
 
 def with_shorts(config: LengthSchedulingConfig) -> LongCapPolicy:
-    policy = LongCapPolicy(config, Clock())
+    policy = LongCapPolicy(config, ManualClock(1000.0))
     policy.note_short()
     return policy
 
@@ -21,7 +15,7 @@ def test_fixed_share_without_a_target_and_at_least_one_slot():
 
 
 def test_without_short_requests_lately_long_ones_may_take_every_slot():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.5), clock)
     assert policy.decide(10).cap == 10  # no short request yet
     policy.note_short()
@@ -55,7 +49,7 @@ def test_near_the_target_the_share_holds():
 
 
 def test_a_decision_goes_stale_when_short_demand_begins_or_ends():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     policy = LongCapPolicy(LengthSchedulingConfig(), clock)
     policy.decide(8)
     assert not policy.stale()

@@ -1,5 +1,6 @@
 from serve_app.config import ApiKeyConfig
 from serve_app.scheduling.rate_limit import RateLimiter
+from tests.fakes import ManualClock
 
 KEYS = [
     ApiKeyConfig(name="alpha", sha256="a" * 64, requests_per_s=2, tokens_per_min=600),
@@ -7,15 +8,8 @@ KEYS = [
 ]
 
 
-class Clock:
-    now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def test_request_rate_bucket_allows_a_burst_then_says_when_to_retry():
-    clock = Clock()
+    clock = ManualClock()
     limiter = RateLimiter(KEYS, clock)
     assert limiter.admit("alpha", 1).allowed and limiter.admit("alpha", 1).allowed
     refused = limiter.admit("alpha", 1)
@@ -26,7 +20,7 @@ def test_request_rate_bucket_allows_a_burst_then_says_when_to_retry():
 
 
 def test_token_bucket_charges_estimates_and_settles_actuals():
-    clock = Clock()
+    clock = ManualClock()
     limiter = RateLimiter(KEYS, clock)
     assert limiter.admit("alpha", 500).allowed
     refused = limiter.admit("alpha", 200)
@@ -37,7 +31,7 @@ def test_token_bucket_charges_estimates_and_settles_actuals():
 
 
 def test_a_share_of_the_limits_for_each_of_several_ingress_replicas():
-    clock = Clock()
+    clock = ManualClock()
     limiter = RateLimiter(KEYS, clock)
     limiter.set_share(0.5)
     assert limiter.admit("alpha", 1).allowed  # 1 of 2 requests/s (a whole request always fits)
