@@ -69,15 +69,17 @@ def registry(repo: Path, config: str, nobuckets_config: str | None = None, int8_
         "rayllm": System("rayllm", lambda: RayServeLLMServer(config_path, cwd=repo),
                          f"Ray Serve LLM (build_openai_app), {config}'s engine flags", model.engine.model_dump()),
     }
+    # each lambda gets its own path variable: one shared name, reassigned, sent
+    # every system built from it to the last config assigned
     if nobuckets_config and (repo / nobuckets_config).exists():
-        path = repo / nobuckets_config
-        systems["nobuckets"] = System("nobuckets", lambda: ServeRunServer(path, cwd=repo),
+        nobuckets_path = repo / nobuckets_config
+        systems["nobuckets"] = System("nobuckets", lambda: ServeRunServer(nobuckets_path, cwd=repo),
                                       f"this app, length awareness off, {nobuckets_config}",
-                                      first_app(path).models[0].engine.model_dump(), uses_template=True)
+                                      first_app(nobuckets_path).models[0].engine.model_dump(), uses_template=True)
     if int8_config and (repo / int8_config).exists():
-        path = repo / int8_config
-        int8_model = first_app(path).models[0]
-        systems["int8"] = System("int8", lambda: ServeRunServer(path, cwd=repo), f"this app, INT8, {int8_config}",
+        int8_path = repo / int8_config
+        int8_model = first_app(int8_path).models[0]
+        systems["int8"] = System("int8", lambda: ServeRunServer(int8_path, cwd=repo), f"this app, INT8, {int8_config}",
                                  int8_model.engine.model_dump(), uses_template=True)
         systems["vllm-int8"] = System("vllm-int8", lambda: VLLMServer(int8_model, cwd=repo),
                                       f"vLLM's OpenAI server, {int8_config}'s engine flags",
