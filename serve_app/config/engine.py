@@ -45,6 +45,9 @@ class EngineConfig(StrictModel):
     """Share of GPU memory vLLM may claim (weights + KV cache)."""
     cpu_kv_cache_gib: int | None = Field(default=None, gt=0)
     """CPU builds only: GiB of KV cache (sets VLLM_CPU_KVCACHE_SPACE)."""
+    cpu_isolate_workers: bool = True
+    """CPU builds only: once the engine runs, move the other processes of its Ray
+    node off the cores vLLM bound its workers to (`serve_app/engine/cpu_cores.py`)."""
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     """Engine queue order: first come first served, or by request priority
     (the ingress sets it from the priority class and the predicted length)."""
@@ -55,6 +58,6 @@ class EngineConfig(StrictModel):
 
     def engine_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for vLLM's `AsyncEngineArgs`, dtype as configured."""
-        kwargs = self.model_dump(exclude={"cpu_kv_cache_gib", "extra_engine_args"})
+        kwargs = self.model_dump(exclude={"cpu_kv_cache_gib", "cpu_isolate_workers", "extra_engine_args"})
         kwargs = {key: value for key, value in kwargs.items() if value is not None}
         return {**kwargs, **self.extra_engine_args}

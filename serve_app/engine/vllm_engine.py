@@ -20,6 +20,7 @@ from serve_app.engine.base import (
     LLMEngine,
     attempt_budget,
 )
+from serve_app.engine.cpu_cores import keep_off, node_processes, worker_cores
 from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
 from serve_app.engine.reaper import start_reaper
 from serve_app.engine.stop_strings import StopStrings, unsent_text
@@ -51,7 +52,10 @@ class VLLMEngine(LLMEngine):
             kwargs["dtype"] = resolved.dtype
         args = AsyncEngineArgs(**kwargs, disable_log_stats=True)
         self._engine = AsyncLLM.from_engine_args(args)
-        self._reaper = start_reaper(psutil.Process().children(recursive=True))
+        engine_processes = psutil.Process().children(recursive=True)
+        self._reaper = start_reaper(engine_processes)
+        if current_platform.is_cpu() and self._config.cpu_isolate_workers:
+            self._isolate_workers(engine_processes)
         self._tokenizer = self._engine.get_tokenizer()
         model_config = self._engine.model_config
         self._max_model_len = model_config.max_model_len
@@ -59,6 +63,12 @@ class VLLMEngine(LLMEngine):
         logger.info("engine %s runs in %s (%s)", self._config.model, dtype, resolved.reason)
         return EngineInfo(max_model_len=self._max_model_len, dtype=dtype, dtype_reason=resolved.reason,
                           quantization=model_config.quantization)
+
+    def _isolate_workers(self, engine_processes: list[psutil.Process]) -> None:
+        cores = worker_cores(engine_processes)
+        moved = keep_off(cores, node_processes(psutil.Process()))
+        logger.info("engine %s workers on cores %s; %d threads of the node moved off them",
+                    self._config.model, sorted(cores), moved)
 
     def _prepare(self, request: GenerationRequest) -> tuple[list[int], str]:
         """Prompt token ids (chat template applied) and the continuation's text the

@@ -136,7 +136,7 @@ def test_engine_kwargs_drop_unset_and_merge_extras():
     engine = config.models[0].engine.model_copy(update={"extra_engine_args": {"enforce_eager": True}})
     kwargs = engine.engine_kwargs()
     assert kwargs["model"] == "some/dir" and kwargs["enforce_eager"] is True
-    assert "max_model_len" not in kwargs and "cpu_kv_cache_gib" not in kwargs
+    assert "max_model_len" not in kwargs and "cpu_kv_cache_gib" not in kwargs and "cpu_isolate_workers" not in kwargs
 
 
 def with_pools(pools: list[dict]) -> dict:
