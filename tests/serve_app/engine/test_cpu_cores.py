@@ -18,21 +18,22 @@ CORES = sorted(os.sched_getaffinity(0))
 
 CHILD = """
 import os, subprocess, sys, threading, time, setproctitle
-if sys.argv[1]:
-    setproctitle.setproctitle(sys.argv[1])
-os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
+title, cores, below = sys.argv[1], sys.argv[2], sys.argv[3:]
+if title:
+    setproctitle.setproctitle(title)
+os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-if sys.argv[3:]:  # a child of its own, like a raylet's worker
-    subprocess.Popen([sys.executable, "-c", sys.argv[3], "", sys.argv[2]], stdout=sys.stdout).wait()  # prints "up"
+if below:  # a chain of descendants, titled as given; the last one prints "up"
+    subprocess.Popen([sys.executable, "-c", os.environ["CHILD"], below[0], cores, *below[1:]]).wait()
 print("up", flush=True)
 time.sleep(60)
 """
 
 
-def spawn(title: str, cores: list[int], with_child: bool = False) -> subprocess.Popen:
-    extra = [CHILD] if with_child else []
-    child = subprocess.Popen([sys.executable, "-c", CHILD, title, ",".join(map(str, cores)), *extra],
-                             stdout=subprocess.PIPE, text=True)
+def spawn(title: str, cores: list[int], below: tuple[str, ...] = ()) -> subprocess.Popen:
+    """A sleeping process with two threads, bound to `cores`, with a chain of descendants titled `below`."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, title, ",".join(map(str, cores)), *below],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "CHILD": CHILD})
     assert child.stdout is not None and child.stdout.readline().strip() == "up"
     return child
 
@@ -73,9 +74,10 @@ def test_a_process_with_nowhere_else_to_go_stays(children):
 
 
 def test_the_node_is_what_the_raylets_parent_started(children):
-    raylet = spawn("raylet", CORES, with_child=True)
-    children.append(raylet)
-    replica = psutil.Process(raylet.pid).children()[0]
+    launcher = spawn("", CORES, below=("raylet", "replica"))
+    children.append(launcher)
+    raylet = psutil.Process(launcher.pid).children()[0]
+    replica = raylet.children()[0]
     node = {process.pid for process in node_processes(replica)}
-    assert node == {os.getpid(), raylet.pid, replica.pid}
-    assert node_processes(psutil.Process(raylet.pid)) == []  # no raylet above it
+    assert node == {launcher.pid, raylet.pid, replica.pid}
+    assert node_processes(raylet) == []  # no raylet above it
