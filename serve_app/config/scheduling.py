@@ -21,11 +21,17 @@ class LengthSchedulingConfig(StrictModel):
     aging_tokens_per_s: float = Field(default=8.0, ge=0)
     """A waiting request's predicted length counts this many tokens shorter per
     second it has waited, so long requests are never starved by short ones."""
-    long_slot_share: float = Field(default=0.75, gt=0, le=1)
-    """Most of a pool's slots long requests may hold at once; the rest is a
-    reserve that only short requests take, so they never wait behind long ones."""
+    long_slot_share: float = Field(default=1.0, gt=0, le=1)
+    """Most of a pool's slots long requests may hold while short requests are
+    about (the ceiling when the share adapts, `short_tpot_target_s`)."""
+    short_reserve_quantile: float | None = Field(default=0.95, gt=0, le=1)
+    """Slots long requests leave to short ones while short requests are about:
+    this quantile of how many short requests were in flight or waiting when
+    each recent short one arrived, itself included (their measured concurrency),
+    so short requests do not wait for a slot behind long ones. None: no
+    measured reserve, only `long_slot_share`."""
     min_long_slot_share: float = Field(default=0.25, gt=0, le=1)
-    """Floor of the long share when it adapts (`short_tpot_target_s`)."""
+    """Floor of the long requests' share, whatever the reserve or the TPOT say."""
     short_tpot_target_s: float | None = Field(default=None, gt=0)
     """Time per output token short requests should see. Set: the long share
     adapts between `min_long_slot_share` and `long_slot_share`, shrinking while

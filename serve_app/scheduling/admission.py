@@ -191,6 +191,11 @@ class PoolQueue:
         self._waits.append((self._clock(), waited))
         return Slot(self, long, waited)
 
+    def short_requests(self) -> int:
+        """Short requests in flight or waiting for a slot."""
+        waiting = sum(1 for w in self._waiters if not w.long and not w.future.done())
+        return self._in_flight - self._long_in_flight + waiting
+
     def _fits(self, long: bool) -> bool:
         return self._in_flight < self._slots and (not long or self._long_in_flight < self._long_cap)
 

@@ -93,13 +93,13 @@ class LengthBucketBatcher:
         self._queues[(model, pool)].set_slots(slots, cap, down_reason)
 
     def _note_arrival(self, model: str, pool: str, long: bool) -> None:
-        """A request arrived: when short demand began or ended with it, put the
-        long cap in force or lift it at once, not at the next capacity read."""
+        """A request arrived: when short demand began, ended or changed the
+        reserve with it, decide the long cap at once, not at the next capacity read."""
         long_cap = self._long_caps.get((model, pool))
         if long_cap is None:
             return
         if not long:
-            long_cap.note_short()
+            long_cap.note_short(self._queues[(model, pool)].short_requests() + 1)
         if long_cap.stale():
             self.set_slots(model, pool, *self._slots.get((model, pool), (0, None)))
 

@@ -35,17 +35,20 @@ def test_short_answers_do_not_wait_behind_long_ones(live_app):
 
         longs = [asyncio.create_task(timed(ask(n, 384))) for n in range(12)]
         await asyncio.sleep(3)  # the long requests are running now
-        shorts = []
+        waves = []
         for wave in range(4):
-            shorts += await asyncio.gather(*(timed(ask(n, 16)) for n in range(wave * 6, wave * 6 + 6)))
+            waves.append(await asyncio.gather(*(timed(ask(n, 16)) for n in range(wave * 6, wave * 6 + 6))))
         during = (await asyncio.to_thread(stats, live_app))["pools"]["smollm2-135m-instruct/default"]
-        return sorted(shorts), sorted(await asyncio.gather(*longs)), during
+        return waves, sorted(await asyncio.gather(*longs)), during
 
-    shorts, longs, pool = asyncio.run(run())
+    waves, longs, pool = asyncio.run(run())
+    shorts = sorted(seconds for wave in waves for seconds in wave)
     short_p99, long_p50 = shorts[-1], longs[len(longs) // 2]
-    print(f"\n[e2e] short p50 {shorts[len(shorts) // 2]:.2f}s p99 {short_p99:.2f}s; long p50 {long_p50:.1f}s")
+    print(f"\n[e2e] short p50 {shorts[len(shorts) // 2]:.2f}s p99 {short_p99:.2f}s; long p50 {long_p50:.1f}s; "
+          f"short waves {[[round(seconds, 2) for seconds in wave] for wave in waves]}; pool {pool}")
     assert short_p99 < long_p50 / 4
-    assert pool["slots"] == 32 and pool["long_cap"] == 24  # short requests were about: the 0.75 share
+    # short requests were about: a reserve of the six each wave held (seven if one ended late)
+    assert pool["slots"] == 32 and 32 - 7 <= pool["long_cap"] <= 32 - 6
     assert pool["long_in_flight"] == 12
 
 

@@ -129,6 +129,19 @@ async def test_long_requests_hold_at_most_their_cap_and_short_ones_take_the_rese
         slot.release()
 
 
+async def test_short_requests_counts_short_ones_in_flight_and_waiting_not_long_ones():
+    queue = PoolQueue(16, AdmissionPolicy(1.0), slots=2, aging_tokens_per_s=0)
+    held = [await queue.acquire("realtime", 300, long=True), await queue.acquire("realtime", 10)]
+    waiting = [asyncio.create_task(queue.acquire("realtime", tokens, long=tokens > 100)) for tokens in (10, 10, 300)]
+    await asyncio.sleep(0)
+    assert queue.short_requests() == 3  # one in flight, two waiting
+    for slot in held:
+        slot.release()
+    for task in waiting:
+        (await task).release()
+    assert queue.short_requests() == 0
+
+
 async def test_a_pool_that_is_down_refuses_at_once_and_releases_its_waiters():
     queue = PoolQueue(8, AdmissionPolicy(1.0), slots=0)
     waiting = asyncio.create_task(queue.acquire("realtime"))

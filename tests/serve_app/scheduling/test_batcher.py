@@ -378,7 +378,8 @@ async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
     pools = Pools()
     batcher = LengthBucketBatcher(config(), pools, Observer())
     model = batcher._models["m"]
-    scheduling = model.length_scheduling.model_copy(update={"short_tpot_target_s": 1e-9, "long_tokens": 5})
+    scheduling = model.length_scheduling.model_copy(
+        update={"short_tpot_target_s": 1e-9, "long_tokens": 5, "long_slot_share": 0.75})
     batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
     batcher._long_caps[("m", "short")] = LongCapPolicy(scheduling)
     batcher.set_slots("m", "short", 8)
@@ -398,7 +399,19 @@ async def test_a_long_arrival_lifts_the_long_cap_as_soon_as_short_demand_has_end
     batcher._long_caps[("m", "long")] = LongCapPolicy(scheduling, clock)
     batcher.set_slots("m", "long", 8)
     await text_of(batcher, request(6), meta(template="short"))  # predicted 6 < 10 tokens: short
-    assert batcher.stats()[("m", "long")].long_cap == 6  # the 0.75 share, in force at once
+    assert batcher.stats()[("m", "long")].long_cap == 7  # a reserve of the one short request, at once
     clock.now += SHORT_DEMAND_WINDOW_S + 1
     await text_of(batcher, request(20), meta(template="long"))  # no capacity read in between
     assert batcher.stats()[("m", "long")].long_cap == 8
+
+
+async def test_the_short_reserve_follows_the_short_requests_each_arrival_found():
+    batcher = LengthBucketBatcher(config(), Pools(step_s=0.01), Observer())
+    model = batcher._models["m"]
+    scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})
+    batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
+    batcher._long_caps[("m", "long")] = LongCapPolicy(scheduling)
+    batcher.set_slots("m", "long", 16)
+    # three short requests at once: the third found three short requests, itself included
+    await asyncio.gather(*(text_of(batcher, request(6), meta(template="short")) for _ in range(3)))
+    assert batcher.stats()[("m", "long")].long_cap == 13  # ceil(p95 of 1, 2, 3) kept for them
