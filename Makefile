@@ -10,8 +10,10 @@ CONFIG ?= configs/local.yaml
 setup:
 	scripts/setup_env.sh $(VENV)
 
+# Ray nices its workers to 15; Serve's proxy and the ingress then lose the core
+# they share with the engine's spinning scheduler (nice 0, like `vllm serve`).
 run: setup
-	$(VENV)/bin/serve run $(CONFIG)
+	RAY_worker_niceness=0 $(VENV)/bin/serve run $(CONFIG)
 
 test: setup
 	$(PY) -m pytest -v tests

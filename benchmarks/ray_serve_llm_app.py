@@ -21,7 +21,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.servers import LocalServer, local_engine_kwargs, replica_engine_env  # noqa: E402
+from benchmarks.servers import RAY_NODE_ENV, LocalServer, local_engine_kwargs, replica_engine_env  # noqa: E402
 from serve_app.config import ModelConfig, app_configs, load_serve_config  # noqa: E402
 
 
@@ -95,6 +95,9 @@ class RayServeLLMServer(LocalServer):
     def command(self) -> list[str]:
         return [sys.executable, str(Path(__file__).resolve()), "--config", str(self.config_path),
                 "--port", str(self.port)]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), **RAY_NODE_ENV}  # as this app's node runs
 
     def stop(self) -> None:
         process, self._process = self._process, None

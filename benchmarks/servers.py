@@ -23,6 +23,7 @@ import yaml
 
 from serve_app.config import EngineConfig, ModelConfig, app_configs
 from serve_app.engine.cpu_dtype import cpu_flags, resolve_cpu_dtype
+from serve_app.topology import REPLICA_ENV
 
 
 def free_port() -> int:
@@ -123,6 +124,15 @@ class ServeRunServer(LocalServer):
     def command(self) -> list[str]:
         # `-a local`: a fresh Ray cluster even if one is already running here.
         return [_venv_binary("serve"), "run", "-a", "local", str(self.config_path)]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), **RAY_NODE_ENV}
+
+
+RAY_NODE_ENV = REPLICA_ENV
+"""Environment of a local Ray node serving an app, as `make run` starts it: every
+Ray worker (Serve's proxy, the ingress) at the niceness of the engine's
+processes, whose engine core spins on the cores they share."""
 
 
 def local_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
