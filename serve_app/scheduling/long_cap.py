@@ -60,15 +60,19 @@ class LongCapPolicy:
         self._share = config.long_slot_share
         self._tpots: deque[float] = deque(maxlen=TPOT_WINDOW)
         self._demand: deque[int] = deque(maxlen=DEMAND_WINDOW)
+        self._demand_reserve = 0
+        """The reserve the recent demand asks for, computed once per short arrival."""
         self._last_short: float | None = None
         self._reserve_in_force: int | None = None
         """The measured reserve of the last decision; None: no short requests were about."""
 
-    def note_short(self, demand: int = 1) -> None:
+    def note_short(self, demand: int) -> None:
         """A short request arrived and found `demand` short requests in flight or
         waiting, itself included."""
         self._last_short = self._clock()
         self._demand.append(demand)
+        if self._config.short_reserve_quantile is not None:
+            self._demand_reserve = math.ceil(quantile(self._demand, self._config.short_reserve_quantile))
 
     def short_demand(self) -> bool:
         """A short request arrived within `SHORT_DEMAND_WINDOW_S`."""
@@ -83,12 +87,7 @@ class LongCapPolicy:
         self._tpots.append(tpot_s)
 
     def _measured_reserve(self) -> int | None:
-        quantile_of_demand = self._config.short_reserve_quantile
-        if not self.short_demand():
-            return None
-        if quantile_of_demand is None or not self._demand:
-            return 0
-        return math.ceil(quantile(self._demand, quantile_of_demand))
+        return self._demand_reserve if self.short_demand() else None
 
     def decide(self, slots: int) -> LongCapDecision:
         config, target = self._config, self._config.short_tpot_target_s

@@ -45,7 +45,7 @@ def test_without_short_requests_lately_long_ones_may_take_every_slot():
     clock = ManualClock(1000.0)
     policy = LongCapPolicy(LengthSchedulingConfig(long_slot_share=0.5), clock)
     assert policy.decide(10).cap == 10  # no short request yet
-    policy.note_short()
+    policy.note_short(1)
     assert policy.decide(10).cap == 5
     clock.now += SHORT_DEMAND_WINDOW_S + 1
     decision = policy.decide(10)
