@@ -35,7 +35,7 @@ def llm_config_kwargs(model: ModelConfig, cwd: Path) -> dict[str, Any]:
     engine = local_engine_kwargs(model.engine)
     source = engine.pop("model")
     local = cwd / source
-    env_vars = {**replica_engine_env(model), "RAY_worker_niceness": "0"}  # as this app's replicas run
+    env_vars = {**replica_engine_env(model), **RAY_NODE_ENV}  # as this app's replicas run
     return {
         # A local directory goes in absolute: Ray's workers do not start in our cwd.
         "model_loading_config": {"model_id": model.name, "model_source": str(local) if local.exists() else source},
