@@ -1,7 +1,11 @@
-"""Shared fixtures: the repo's config files and a small in-code app config."""
+"""Shared fixtures: the repo's config files, a small in-code app config, and a live
+`serve run` app for a package of end-to-end tests."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,3 +59,24 @@ def wait_until(condition, timeout_s: float, poll_s: float = 0.5) -> bool:
             return True
         time.sleep(poll_s)
     return bool(condition())
+
+
+@contextmanager
+def serve_run_app(config: str, probe_model: str | None = None) -> Iterator[str]:
+    """`serve run` on a shipped config (only the HTTP port moved to a free one) until
+    the block ends; yields the base URL (.../v1). Once it is stopped no vLLM process
+    may be left, so the next package starts on a quiet machine. Enter it from a
+    package-scoped fixture in that package's conftest.py: pytest tears one down at the
+    package's end only there (one defined in a test module lives to the session's end)."""
+    from benchmarks.servers import ServeRunServer
+
+    server = ServeRunServer(REPO / "configs" / config, cwd=REPO,
+                            startup_timeout_s=float(os.environ.get("E2E_STARTUP_TIMEOUT_S", "420")))
+    if probe_model is not None:
+        server.model_name = probe_model
+    print(f"\n[{config}] serve run answering after {server.start():.0f}s on :{server.port} (log: {server.log_path})")
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
+        assert wait_until(lambda: not engine_processes(), 60), f"vLLM processes left behind: {engine_processes()}"

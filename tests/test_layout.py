@@ -56,3 +56,20 @@ def test_the_serving_app_never_loads_tools_or_harnesses():
 def test_modules_stay_small_enough_to_read_in_one_sitting(package):
     long = {str(p.relative_to(REPO)) for p in python_files(package) if len(p.read_text().splitlines()) > 300}
     assert long <= LONG_MODULES
+
+
+def test_package_scoped_fixtures_live_in_a_conftest():
+    """pytest tears a package-scoped fixture down at its package's end only when a
+    conftest.py defines it; one in a test module (a live app) runs on beside the
+    next packages' apps until the session ends."""
+    def package_scoped(path) -> list[str]:
+        return [node.name for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                for decorator in node.decorator_list
+                if isinstance(decorator, ast.Call) and any(
+                    keyword.arg == "scope" and isinstance(keyword.value, ast.Constant)
+                    and keyword.value.value == "package" for keyword in decorator.keywords)]
+
+    found = {str(p.relative_to(REPO)): package_scoped(p) for p in python_files("tests") if p.name != "conftest.py"}
+    assert {path: names for path, names in found.items() if names} == {}
+    assert package_scoped(REPO / "tests" / "e2e" / "conftest.py") == ["live_app"]  # the check sees them

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 MODEL = "smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def client(live_app) -> openai.OpenAI:
     return openai.OpenAI(base_url=live_app, api_key="unused", max_retries=0, timeout=120)
 

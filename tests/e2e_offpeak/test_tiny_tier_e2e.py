@@ -9,35 +9,16 @@ it, and after idling it returns to zero.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import httpx
 import openai
 import pytest
 
-from benchmarks.servers import ServeRunServer
 from tests.conftest import CAPITAL_QUESTION as CAPITAL
-from tests.conftest import REPO
+from tests.e2e_offpeak.conftest import BIG, TINY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-BIG, TINY = "smollm2-135m-instruct", "smollm2-tiny"
-
-
-@pytest.fixture(scope="package")
-def base_url():
-    server = ServeRunServer(
-        REPO / "configs" / "local-offpeak.yaml",
-        cwd=REPO,
-        startup_timeout_s=float(os.environ.get("E2E_STARTUP_TIMEOUT_S", "420")),
-    )
-    server.model_name = TINY  # the readiness probe must not be demand for the big pool
-    print(f"\n[offpeak] serve run answering after {server.start():.0f}s (log: {server.log_path})")
-    try:
-        yield server.base_url
-    finally:
-        server.stop()
 
 
 def big_replicas(base_url: str) -> int:
