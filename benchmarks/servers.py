@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 
 from serve_app.config import EngineConfig, ModelConfig, app_configs
@@ -37,15 +38,56 @@ def _venv_binary(name: str) -> str:
     return str(candidate) if candidate.exists() else (shutil.which(name) or name)
 
 
+STOP_GRACE_S = 60.0
+"""How long a stopping server, and then what it started, may take to exit before being killed."""
+
+
+def _answer_sigint() -> None:
+    """In the child before exec: SIGINT back to its default. A shell starts background
+    jobs (a CI runner's, `cmd &`) with SIGINT ignored, which exec keeps; Python then
+    installs no KeyboardInterrupt handler and `serve run` would never hear Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def session_processes(session: int) -> list[psutil.Process]:
+    """Live processes of a session (zombies excluded: their parents reap them)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def end_session(session: int, grace_s: float) -> list[str]:
+    """Wait up to `grace_s` for a session's processes to exit, then kill the rest and
+    wait for them; return what had to be killed."""
+    deadline = time.monotonic() + grace_s
+    while (left := session_processes(session)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    killed = []
+    for process in left:
+        try:
+            killed.append(f"{process.pid} {process.name()}")
+            process.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(left, timeout=10)
+    return killed
+
+
 class LocalServer:
     """A child process serving an OpenAI API on 127.0.0.1:`port`."""
 
     label = "server"
 
-    def __init__(self, cwd: Path, startup_timeout_s: float = 420.0) -> None:
+    def __init__(self, cwd: Path, startup_timeout_s: float = 420.0, stop_grace_s: float = STOP_GRACE_S) -> None:
         self.cwd = Path(cwd)
         self.port = free_port()
         self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.label}-"))
         self.log_path = self._workdir / "server.log"
         self._process: subprocess.Popen | None = None
@@ -69,8 +111,8 @@ class LocalServer:
         started = time.monotonic()
         with self.log_path.open("w") as out:
             self._process = subprocess.Popen(
-                self.command(), cwd=self.cwd, env=self.env(), stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                self.command(), cwd=self.cwd, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_answer_sigint,
             )
         body = {"model": self.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
         last = "no answer yet"
@@ -89,15 +131,23 @@ class LocalServer:
         raise TimeoutError(f"{self.label} not answering after {self.startup_timeout_s}s ({last}):\n{self.log_tail()}")
 
     def stop(self) -> None:
+        """Ctrl-C (SIGINT) as a user would, SIGKILL after `stop_grace_s`; return once
+        nothing of the server's session is left. Ray's workers and vLLM's engines run
+        in process groups of their own, so the child's exit alone does not end them."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                print(f"[{self.label}] still running {self.stop_grace_s}s after SIGINT: killed", file=sys.stderr)
+                process.kill()
+                process.wait()
+        left = end_session(process.pid, self.stop_grace_s)
+        if left:
+            print(f"[{self.label}] killed what outlived it by {self.stop_grace_s}s: {left}", file=sys.stderr)
 
     def __enter__(self) -> LocalServer:
         self.start()
