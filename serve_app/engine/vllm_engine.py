@@ -51,11 +51,10 @@ class VLLMEngine(LLMEngine):
             resolved = resolve_cpu_dtype(self._config.dtype, cpu_flags())
             kwargs["dtype"] = resolved.dtype
         args = AsyncEngineArgs(**kwargs, disable_log_stats=True)
+        self._reaper = start_reaper()  # before the engine: a replica killed while it starts leaves nothing
         self._engine = AsyncLLM.from_engine_args(args)
-        engine_processes = psutil.Process().children(recursive=True)
-        self._reaper = start_reaper(engine_processes)
         if current_platform.is_cpu() and self._config.cpu_isolate_workers:
-            self._isolate_workers(engine_processes)
+            self._isolate_workers(psutil.Process().children(recursive=True))
         self._tokenizer = self._engine.get_tokenizer()
         model_config = self._engine.model_config
         self._max_model_len = model_config.max_model_len
