@@ -16,7 +16,7 @@ run: setup
 	RAY_worker_niceness=0 $(VENV)/bin/serve run $(CONFIG)
 
 test: setup
-	$(PY) -m pytest -v tests
+	$(PY) -m pytest -v --durations=25 tests
 
 test-unit: setup
 	$(PY) -m pytest -v -m "not e2e and not slow and not cluster" tests
