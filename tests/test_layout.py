@@ -1,4 +1,4 @@
-"""The import graph and module sizes the README's layout section promises."""
+"""The import graph, module sizes and fixture placement the README promises."""
 
 from __future__ import annotations
 
