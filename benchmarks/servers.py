@@ -24,6 +24,7 @@ import yaml
 
 from serve_app.config import EngineConfig, ModelConfig, app_configs
 from serve_app.engine.cpu_dtype import cpu_flags, resolve_cpu_dtype
+from serve_app.engine.reaper import live_processes
 from serve_app.topology import REPLICA_ENV
 
 
@@ -49,23 +50,14 @@ def _answer_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def session_processes(session: int) -> list[psutil.Process]:
-    """Live processes of a session (zombies excluded: their parents reap them)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if os.getsid(process.pid) == session and process.status() != psutil.STATUS_ZOMBIE:
-                found.append(process)
-        except (OSError, psutil.Error):
-            continue
-    return found
-
-
 def end_session(session: int, grace_s: float) -> list[str]:
     """Wait up to `grace_s` for a session's processes to exit, then kill the rest and
     wait for them; return what had to be killed."""
+    def in_session(pid: int) -> bool:
+        return os.getsid(pid) == session
+
     deadline = time.monotonic() + grace_s
-    while (left := session_processes(session)) and time.monotonic() < deadline:
+    while (left := live_processes(in_session)) and time.monotonic() < deadline:
         time.sleep(0.5)
     killed = []
     for process in left:

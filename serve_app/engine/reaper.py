@@ -16,11 +16,13 @@ file descriptor and costs no CPU while it waits; elsewhere it polls.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -54,12 +56,13 @@ def _wait_for_exit(pid: int, started: float, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
-def group_members(group: int, created_before: float) -> list[psutil.Process]:
-    """Live processes of a process group that existed before `created_before`."""
+def live_processes(matches: Callable[[int], bool], created_before: float = math.inf) -> list[psutil.Process]:
+    """Live processes (zombies excluded: their parents reap them) whose pid `matches`,
+    created before `created_before` (a time.time())."""
     found = []
     for process in psutil.process_iter():
         try:
-            if (os.getpgid(process.pid) == group and process.create_time() < created_before
+            if (matches(process.pid) and process.create_time() < created_before
                     and process.status() != psutil.STATUS_ZOMBIE):
                 found.append(process)
         except (OSError, psutil.Error):
@@ -73,7 +76,7 @@ def watch(replica: tuple[int, float], poll_s: float = POLL_S) -> list[int]:
     _wait_for_exit(*replica, poll_s)
     ended = time.time()
     killed = []
-    for process in group_members(replica[0], created_before=ended):
+    for process in live_processes(lambda pid: os.getpgid(pid) == replica[0], created_before=ended):
         try:
             process.kill()
             killed.append(process.pid)
