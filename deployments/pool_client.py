@@ -6,9 +6,9 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
 from ray.serve.handle import DeploymentHandle
 
@@ -32,6 +32,10 @@ FAILED_STATUSES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
 """Serve deployment statuses under which a pool with no running replica counts as down."""
 STARTING_STATES = frozenset({"STARTING", "UPDATING", "RECOVERING"})
 """Serve replica states that will become RUNNING."""
+LOST_REPLICA_HOLD_S = 30.0
+"""How long a replica lost mid-attempt stays off its deployment's running count
+while the controller still reports the deployment as before (it notices a dead
+replica within a health-check period; Serve's default is 10 s)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,20 @@ class DeploymentState:
     message: str = ""
 
 
+@dataclass
+class _Losses:
+    """Replicas of one deployment lost mid-attempt since the controller last changed its report."""
+
+    reported: DeploymentState | None
+    since: float
+    replicas: set[str] = field(default_factory=set)
+
+
+def _replica_key(exc: Exception) -> str:
+    """Which replica an error lost: the actor's id where Ray says it, else one key per kind."""
+    return str(getattr(exc, "actor_id", None) or getattr(exc, "_replica_id", None) or type(exc).__name__)
+
+
 AttemptRecorder = Callable[[str, str, str, int, int, int], None]
 """(model, pool, capacity type, prompt tokens, output tokens, requests) of one attempt."""
 
@@ -54,17 +72,22 @@ class ServePoolClient:
 
     Running replicas per deployment come from the ingress's poll; a replica lost
     mid-attempt lowers its deployment's count at once, so the retry goes to a
-    side that still has replicas (a lost Spot node often takes all of its side).
+    side or pool that still has replicas (a lost Spot node often takes all of its
+    side). Each lost replica counts once, however many streams it ended, and stays
+    off the count while the controller's report of its deployment is the one from
+    before the loss: a poll that races the controller does not bring it back.
     """
 
     def __init__(self, topology: Topology, handles: dict[str, DeploymentHandle],
-                 on_attempt: AttemptRecorder | None = None) -> None:
+                 on_attempt: AttemptRecorder | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._topology = topology
         self._handles = handles
         self._streams = {name: handle.options(stream=True) for name, handle in handles.items()}
         self._on_attempt = on_attempt
+        self._clock = clock
         self._running: dict[str, int] = {}
         self._states: dict[str, DeploymentState] = {}
+        self._losses: dict[str, _Losses] = {}
         self._in_flight: Counter[str] = Counter()
         self._chooser = CapacityChooser()
         config = topology.config
@@ -73,8 +96,26 @@ class ServePoolClient:
         self._engine_info: dict[str, dict] = {}
 
     def set_states(self, states: dict[str, DeploymentState]) -> None:
+        now = self._clock()
+        self._losses = {name: losses for name, losses in self._losses.items()
+                        if states.get(name) == losses.reported and now - losses.since < LOST_REPLICA_HOLD_S}
         self._states = dict(states)
-        self._running = {name: state.running for name, state in states.items()}
+        self._running = {name: self._count_running(name) for name in states}
+
+    def _count_running(self, name: str) -> int:
+        state, losses = self._states.get(name), self._losses.get(name)
+        running = state.running if state is not None else 0
+        return max(0, running - (len(losses.replicas) if losses is not None else 0))
+
+    def _lose_replica(self, name: str, exc: Exception) -> None:
+        """Take the replica behind `exc` off its deployment's count: until the next
+        poll if it is only unreachable for the moment, else until the controller noticed."""
+        if isinstance(exc, ActorUnavailableError):
+            self._running[name] = max(0, self._running.get(name, 0) - 1)
+            return
+        losses = self._losses.setdefault(name, _Losses(self._states.get(name), self._clock()))
+        losses.replicas.add(_replica_key(exc))
+        self._running[name] = self._count_running(name)
 
     def down_reason(self, model: str, pool: str) -> str | None:
         """Why nothing can serve the pool now or soon, or None. A pool is down when
@@ -167,7 +208,7 @@ class ServePoolClient:
             # Serve's own queue in front of the replicas is full: load, not a lost replica.
             raise Overloaded(f"{name}: Serve's queue is full", retry_after_s=1) from None
         except _REPLICA_LOST as exc:
-            self._running[name] = max(0, self._running.get(name, 0) - 1)
+            self._lose_replica(name, exc)
             raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
         except Exception as exc:
             # A RayTaskError's text carries the remote traceback; clients get the cause only.

@@ -2,9 +2,9 @@
 what a lost replica does to the next choice."""
 
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, ActorUnavailableError
 
-from deployments.pool_client import DeploymentState, ServePoolClient
+from deployments.pool_client import LOST_REPLICA_HOLD_S, DeploymentState, ServePoolClient
 from serve_app.engine.base import GenerationRequest, SamplingOptions
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.topology import Topology, deployment_name
@@ -46,22 +46,81 @@ async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_confi
     assert len(engines["on-demand"].requests) == 3
 
 
-async def test_a_lost_replica_steers_retries_to_the_other_side_until_the_next_poll(small_config):
-
+def two_sided(small_config, replicas: int = 2):
+    """A config whose one pool has a Spot and an on-demand deployment, and their names."""
     model = small_config.models[0]
     pool = model.pools[0].model_copy(update={"spot_share": 0.5})
-    model = model.model_copy(update={"pools": [pool], "deployment": model.deployment.model_copy(update={"num_replicas": 2})})
+    model = model.model_copy(update={"pools": [pool],
+                                     "deployment": model.deployment.model_copy(update={"num_replicas": replicas})})
     config = small_config.model_copy(update={"models": [model]})
     spot, on_demand = (deployment_name(model.name, pool.name, side) for side in ("spot", "on-demand"))
+    return config, model, spot, on_demand
+
+
+def died(actor_id: str) -> ActorDiedError:
+    exc = ActorDiedError()
+    exc.actor_id = actor_id  # Ray fills it from the death's cause
+    return exc
+
+
+async def attempt(client: ServePoolClient, model, priority: str = "batch") -> None:
+    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
+    [chunk async for chunk in client.stream(model.name, model.pools[0].name, request, priority)]
+
+
+async def test_a_lost_replica_steers_retries_to_the_other_side(small_config):
+    config, model, spot, on_demand = two_sided(small_config)
     handles = {spot: FailingHandle(ActorDiedError()), on_demand: FailingHandle(ValueError("served"))}
     client = ServePoolClient(Topology(config), handles)
     client.set_states({spot: DeploymentState(running=1), on_demand: DeploymentState(running=1)})
-    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
     with pytest.raises(ReplicaUnavailable):
-        [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]
-    assert client.running(model.name, pool.name) == {"on-demand": 1, "spot": 0}
-    [chunk async for chunk in client.stream(model.name, pool.name, request, "batch")]  # batch, yet on-demand now
+        await attempt(client, model)
+    assert client.running(model.name, model.pools[0].name) == {"on-demand": 1, "spot": 0}
+    await attempt(client, model)  # batch, yet on-demand now
     assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)
+
+
+async def test_a_lost_replica_counts_once_and_stays_lost_until_the_controller_reports_a_change(small_config):
+    config, model, spot, on_demand = two_sided(small_config, replicas=4)
+    pool = model.pools[0].name
+    handles = {spot: FailingHandle(died("a1")), on_demand: FailingHandle(ValueError("served"))}
+    now = [0.0]
+    client = ServePoolClient(Topology(config), handles, clock=lambda: now[0])
+    before = {spot: DeploymentState(running=2), on_demand: DeploymentState(running=2)}
+    client.set_states(before)
+    for _ in range(2):  # two streams on the same replica: one replica lost
+        with pytest.raises(ReplicaUnavailable):
+            await attempt(client, model)
+    assert client.running(model.name, pool)["spot"] == 1
+    now[0] = 5.0
+    client.set_states(before)  # a poll that raced the controller: still lost
+    assert client.running(model.name, pool)["spot"] == 1
+    client.set_states({**before, spot: DeploymentState(running=1, starting=1)})  # noticed: its count now
+    assert client.running(model.name, pool)["spot"] == 1
+    client.set_states(before)  # the replacement runs
+    assert client.running(model.name, pool)["spot"] == 2
+
+
+async def test_a_lost_replica_comes_back_after_the_hold_or_at_once_if_only_unreachable(small_config):
+    config, model, spot, on_demand = two_sided(small_config)
+    pool = model.pools[0].name
+    now = [0.0]
+    handles = {spot: FailingHandle(died("a1")), on_demand: FailingHandle(ActorUnavailableError("blip", None))}
+    client = ServePoolClient(Topology(config), handles, clock=lambda: now[0])
+    states = {spot: DeploymentState(running=1), on_demand: DeploymentState(running=1)}
+    client.set_states(states)
+    with pytest.raises(ReplicaUnavailable):
+        await attempt(client, model, "realtime")  # equal headroom, realtime: on-demand
+    assert client.running(model.name, pool)["on-demand"] == 0
+    client.set_states(states)  # only unreachable for the moment: the next poll brings it back
+    assert client.running(model.name, pool)["on-demand"] == 1
+    with pytest.raises(ReplicaUnavailable):
+        await attempt(client, model)  # batch: Spot, which dies
+    client.set_states(states)
+    assert client.running(model.name, pool)["spot"] == 0
+    now[0] = LOST_REPLICA_HOLD_S
+    client.set_states(states)  # the controller never said otherwise: its count again
+    assert client.running(model.name, pool)["spot"] == 1
 
 
 @pytest.mark.parametrize(
