@@ -153,7 +153,7 @@ class OpenAIServer:
             gone.cancel()
             if not work.done():
                 work.cancel()
-        if work.cancelled():
+        if not work.done() or work.cancelled():  # the cancel above takes effect on the task's next step
             return None
         result = work.result()
         if isinstance(result, EngineError):

@@ -1,6 +1,7 @@
 """The HTTP surface end to end in-process: the official `openai` client and raw
 httpx against the real ingress, replica class and ASGI app, over a fake engine."""
 
+import asyncio
 import json
 
 import httpx
@@ -190,6 +191,32 @@ async def test_replica_failure_before_output_is_a_500(stack):
     engines["fake-a"].fail_after = 0
     response = await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 5})
     assert response.status_code == 500 and "replica died" in response.json()["error"]["message"]
+
+
+async def test_a_client_that_leaves_before_the_answer_gets_nothing_and_its_work_is_cancelled(small_config):
+    engine = FakeEngine(max_model_len=64, step_s=0.05)
+    ingress = await start_ingress(small_config, {deployment_name("fake-a", "default"): engine,
+                                                 deployment_name("fake-b", "default"): FakeEngine()})
+    body = json.dumps({"model": "fake-a", "prompt": "a", "max_tokens": 60}).encode()
+    sent, received = [], [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        if received:
+            return received.pop()
+        await asyncio.sleep(0.3)
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/completions", "raw_path": b"/v1/completions", "root_path": "", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1), "server": ("test", 80)}
+    async with asyncio.timeout(2):  # 60 tokens take 3 s
+        await ingress.__serve_build_asgi_app__()(scope, receive, send)  # raises if the handler failed
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [499]
+    await asyncio.sleep(0.1)
+    assert (await ingress.stats())["pools"]["fake-a/default"]["in_flight"] == 0 and len(engine.requests) == 1
 
 
 async def test_health(stack):
