@@ -2,30 +2,31 @@
 RayService runs it. A local Redis server (started here, a real process) keeps
 the cluster's state; the GCS is killed under streamed load and restarted. The
 app must keep serving while the GCS is down, lose no request, and the cluster
-must come back with its state (nodes, the app, new work schedulable)."""
+must come back with its state (nodes, the app, new work schedulable). This
+process only owns the cluster and restarts its GCS; the Ray drivers (deploy,
+final check) are processes of their own, so no Ray client thread here can stall
+the restart or end the test session."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
+import sys
 import threading
 import time
 
 import httpx
 import pytest
-import ray
-from ray import serve
 from ray.cluster_utils import Cluster
 
 from benchmarks.servers import free_port
-from serve_app.app import build_from_config
-from serve_app.config import AppConfig
-from tests.conftest import REPO, wait_until
+from tests.conftest import REPO, engine_processes, wait_until
+from tests.e2e_gcs.driver import MODEL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-MODEL = "smollm2"
 TOKENS = 96
 PROMPTS = [f"Write a short story about a {thing}." for thing in ("cat", "ship", "robot", "garden", "storm", "violin")]
 GCS_DOWN_S = 12
@@ -45,29 +46,32 @@ def redis():
     server.wait(10)
 
 
+def driver(*args: str, timeout_s: float = 420) -> str:
+    """Run one of `tests.e2e_gcs.driver`'s commands; its standard output."""
+    done = subprocess.run([sys.executable, "-m", "tests.e2e_gcs.driver", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout_s)
+    assert done.returncode == 0, f"driver {args[0]} exited {done.returncode}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
 @pytest.fixture(scope="module")
 def app_on_gcs_ft(redis):
+    """(the cluster, the app's base URL). This process owns the cluster's processes
+    but never connects to it as a driver (see `tests.e2e_gcs.driver`)."""
     env = pytest.MonkeyPatch()
     env.setenv("RAY_REDIS_ADDRESS", redis)  # the head keeps its state in Redis
     env.setenv("PYTHONPATH", str(REPO))
     # a fixed GCS port: the restarted GCS must be where every client looks for it
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "gcs_server_port": free_port()})
-    ray.init(address=cluster.address)
     port = free_port()
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-    config = AppConfig.model_validate({
-        "models": [{"name": MODEL, "stream_chunk_tokens": 1, "engine": {
-            "model": str(REPO / "models" / "SmolLM2-135M-Instruct"), "dtype": "float32", "max_model_len": 512,
-            "max_num_seqs": 16, "cpu_kv_cache_gib": 1, "enforce_eager": True}}],
-    })
-    serve.run(build_from_config(config), name="llm", route_prefix="/")
     try:
+        driver("deploy", cluster.address, str(port))
         yield cluster, f"http://127.0.0.1:{port}"
+        driver("shutdown", cluster.address, timeout_s=120)
     finally:
-        serve.shutdown()
-        ray.shutdown()
         cluster.shutdown()
         env.undo()
+    assert wait_until(lambda: not engine_processes(), 60), f"vLLM processes left behind: {engine_processes()}"
 
 
 async def one(http: httpx.AsyncClient, prompt: str) -> tuple[str, int, str | None]:
@@ -143,6 +147,5 @@ def test_the_app_serves_through_a_gcs_restart_and_the_cluster_recovers(app_on_gc
     assert summary["failed"] == summary["differing"] == summary["hung"] == 0 and summary["succeeded"] == summary["sent"]
     assert summary["answered_while_gcs_down"] == len(PROMPTS)
     # The cluster recovered its state from Redis: the node, the app, and new work runs.
-    assert wait_until(lambda: serve.status().applications["llm"].status.value == "RUNNING", 60)
-    assert [node["Alive"] for node in ray.nodes()] == [True]
-    assert ray.get(ray.remote(num_cpus=0)(lambda: "scheduled").remote(), timeout=60) == "scheduled"
+    assert json.loads(driver("check", cluster.address, timeout_s=180)) == {
+        "app": "RUNNING", "nodes_alive": [True], "task": "scheduled"}
