@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import ray
 from ray import serve
 
 from serve_app.app import build_from_config
 from serve_app.config import AppConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 
 MODEL = "smollm2"
 
@@ -40,11 +39,13 @@ def deploy(address: str, http_port: int) -> None:
 def check(address: str) -> dict:
     """What the cluster recovered: the app's status (waited for up to 60 s), the nodes, new work."""
     ray.init(address=address)
-    deadline = time.monotonic() + 60
-    while (status := serve.status().applications["llm"].status.value) != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(1)
+
+    def app_status() -> str:
+        return serve.status().applications["llm"].status.value
+
+    wait_until(lambda: app_status() == "RUNNING", 60, poll_s=1)
     return {
-        "app": status,
+        "app": app_status(),
         "nodes_alive": [node["Alive"] for node in ray.nodes()],
         "task": ray.get(ray.remote(num_cpus=0)(lambda: "scheduled").remote(), timeout=60),
     }
