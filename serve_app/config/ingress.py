@@ -100,9 +100,11 @@ class IngressConfig(StrictModel):
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     """Largest request body accepted; larger ones get 413."""
-    body_read_timeout_s: float = Field(default=10.0, gt=0)
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
     """Longest the whole request body may take to arrive; a slower client gets
-    408 (`request_timeout`), so trickled bodies cannot hold the ingress."""
+    408 (`request_timeout`), so trickled bodies cannot hold the ingress. The
+    clock includes Serve's proxy-to-replica hops, and the default lets a
+    `max_body_bytes` body through at about 35 KB/s."""
     max_stop_sequences: int = Field(default=4, gt=0)
     """Most `stop` strings one request may send (OpenAI's limit is 4)."""
     max_stop_chars: int = Field(default=256, gt=0)
