@@ -85,9 +85,10 @@ class ServePoolClient:
         self._streams = {name: handle.options(stream=True) for name, handle in handles.items()}
         self._on_attempt = on_attempt
         self._clock = clock
-        self._running: dict[str, int] = {}
         self._states: dict[str, DeploymentState] = {}
         self._losses: dict[str, _Losses] = {}
+        self._unreachable: Counter[str] = Counter()
+        """Replicas unreachable for the moment, per deployment, until the next poll."""
         self._in_flight: Counter[str] = Counter()
         self._chooser = CapacityChooser()
         config = topology.config
@@ -100,22 +101,23 @@ class ServePoolClient:
         self._losses = {name: losses for name, losses in self._losses.items()
                         if states.get(name) == losses.reported and now - losses.since < LOST_REPLICA_HOLD_S}
         self._states = dict(states)
-        self._running = {name: self._count_running(name) for name in states}
+        self._unreachable.clear()
 
-    def _count_running(self, name: str) -> int:
+    def _running(self, name: str) -> int:
+        """The deployment's running replicas as last polled, less those lost since."""
         state, losses = self._states.get(name), self._losses.get(name)
         running = state.running if state is not None else 0
-        return max(0, running - (len(losses.replicas) if losses is not None else 0))
+        lost = len(losses.replicas) if losses is not None else 0
+        return max(0, running - lost - self._unreachable[name])
 
     def _lose_replica(self, name: str, exc: Exception) -> None:
         """Take the replica behind `exc` off its deployment's count: until the next
         poll if it is only unreachable for the moment, else until the controller noticed."""
         if isinstance(exc, ActorUnavailableError):
-            self._running[name] = max(0, self._running.get(name, 0) - 1)
+            self._unreachable[name] += 1
             return
         losses = self._losses.setdefault(name, _Losses(self._states.get(name), self._clock()))
         losses.replicas.add(_replica_key(exc))
-        self._running[name] = self._count_running(name)
 
     def down_reason(self, model: str, pool: str) -> str | None:
         """Why nothing can serve the pool now or soon, or None. A pool is down when
@@ -141,18 +143,18 @@ class ServePoolClient:
 
     def slots(self, model: str, pool: str) -> int:
         """Requests the pool's running replicas take at once, over all its deployments."""
-        return sum(self._running.get(d.name, 0) * d.slots_per_replica
+        return sum(self._running(d.name) * d.slots_per_replica
                    for d in self._topology.pool(model, pool).values())
 
     def has_replicas(self, model: str, pool: str) -> bool:
-        return any(self._running.get(d.name, 0) for d in self._topology.pool(model, pool).values())
+        return any(self._running(d.name) for d in self._topology.pool(model, pool).values())
 
     def running(self, model: str, pool: str) -> dict[str, int]:
-        return {side: self._running.get(d.name, 0) for side, d in self._topology.pool(model, pool).items()}
+        return {side: self._running(d.name) for side, d in self._topology.pool(model, pool).items()}
 
     def replica_groups(self) -> dict[tuple[str, str, str], int]:
         """Running replicas by (model, pool, capacity type): what the cost meter bills."""
-        return {(d.model, d.pool, d.capacity_type): self._running.get(d.name, 0) for d in self._topology.deployments}
+        return {(d.model, d.pool, d.capacity_type): self._running(d.name) for d in self._topology.deployments}
 
     async def engine_info(self, model: str, pool: str) -> dict[str, dict]:
         """What each running deployment of a pool says its engine resolved at start
@@ -160,7 +162,7 @@ class ServePoolClient:
         known = {}
         for side, deployment in self._topology.pool(model, pool).items():
             name = deployment.name
-            if name not in self._engine_info and self._running.get(name, 0) > 0:
+            if name not in self._engine_info and self._running(name) > 0:
                 try:
                     async with asyncio.timeout(ENGINE_INFO_TIMEOUT_S):
                         self._engine_info[name] = asdict(await self._handles[name].engine_info.remote())
@@ -178,7 +180,7 @@ class ServePoolClient:
             return side, deployment.name
         snapshot = {}
         for side, deployment in sides.items():
-            running = self._running.get(deployment.name, 0)
+            running = self._running(deployment.name)
             free = running * deployment.slots_per_replica - self._in_flight[deployment.name]
             snapshot[side] = CapacityState(healthy=running, free_slots=max(0, free))
         limits = [limit for limit in (request.sampling.max_tokens, request.stop_after) if limit is not None]
