@@ -87,7 +87,7 @@ class ServePoolClient:
         self._clock = clock
         self._states: dict[str, DeploymentState] = {}
         self._losses: dict[str, _Losses] = {}
-        self._unreachable: Counter[str] = Counter()
+        self._unreachable: dict[str, set[str]] = {}
         """Replicas unreachable for the moment, per deployment, until the next poll."""
         self._in_flight: Counter[str] = Counter()
         self._chooser = CapacityChooser()
@@ -101,20 +101,20 @@ class ServePoolClient:
         self._losses = {name: losses for name, losses in self._losses.items()
                         if states.get(name) == losses.reported and now - losses.since < LOST_REPLICA_HOLD_S}
         self._states = dict(states)
-        self._unreachable.clear()
+        self._unreachable = {}
 
     def _running(self, name: str) -> int:
-        """The deployment's running replicas as last polled, less those lost since."""
+        """The deployment's running replicas as last polled, less those lost or unreachable since."""
         state, losses = self._states.get(name), self._losses.get(name)
         running = state.running if state is not None else 0
-        lost = len(losses.replicas) if losses is not None else 0
-        return max(0, running - lost - self._unreachable[name])
+        gone = self._unreachable.get(name, set()) | (losses.replicas if losses is not None else set())
+        return max(0, running - len(gone))
 
     def _lose_replica(self, name: str, exc: Exception) -> None:
         """Take the replica behind `exc` off its deployment's count: until the next
         poll if it is only unreachable for the moment, else until the controller noticed."""
         if isinstance(exc, ActorUnavailableError):
-            self._unreachable[name] += 1
+            self._unreachable.setdefault(name, set()).add(_replica_key(exc))
             return
         losses = self._losses.setdefault(name, _Losses(self._states.get(name), self._clock()))
         losses.replicas.add(_replica_key(exc))

@@ -232,7 +232,7 @@ class FailingHandle:
     """A `DeploymentHandle` whose every call fails with `exc` (counted in `calls`)."""
 
     def __init__(self, exc: Exception) -> None:
-        self._exc = exc
+        self.exc = exc
         self.calls = 0
 
     def options(self, stream: bool = False):
@@ -243,7 +243,7 @@ class FailingHandle:
 
     def remote(self, *args):
         self.calls += 1
-        exc = self._exc
+        exc = self.exc
 
         class Failing:
             def __aiter__(self):

@@ -123,6 +123,23 @@ async def test_a_lost_replica_comes_back_after_the_hold_or_at_once_if_only_unrea
     assert client.running(model.name, pool)["spot"] == 1
 
 
+async def test_a_replica_counts_once_however_many_streams_found_it_unreachable_or_dead(small_config):
+    config, model, spot, on_demand = two_sided(small_config, replicas=4)
+    pool = model.pools[0].name
+    unreachable = ActorUnavailableError("blip", bytes.fromhex("ab" * 16))
+    handles = {spot: FailingHandle(unreachable), on_demand: FailingHandle(ValueError("served"))}
+    client = ServePoolClient(Topology(config), handles)
+    client.set_states({spot: DeploymentState(running=2), on_demand: DeploymentState(running=2)})
+    for _ in range(2):  # two streams find the same replica unreachable
+        with pytest.raises(ReplicaUnavailable):
+            await attempt(client, model)
+    assert client.running(model.name, pool)["spot"] == 1
+    handles[spot].exc = died(unreachable.actor_id)  # then it turns out dead
+    with pytest.raises(ReplicaUnavailable):
+        await attempt(client, model)
+    assert client.running(model.name, pool)["spot"] == 1
+
+
 @pytest.mark.parametrize(
     "state, scaling, down",
     [
