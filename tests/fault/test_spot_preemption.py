@@ -33,7 +33,7 @@ MODEL = "smollm2"
 PROMPTS = [f"Write a short story about a {thing}." for thing in (
     "cat", "ship", "robot", "garden", "storm", "violin", "mountain", "lantern", "river", "clock", "tiger", "bridge",
 )]
-MAX_TOKENS = 48
+MAX_TOKENS = 64
 SINGLE_THREAD = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
@@ -106,27 +106,32 @@ def running_replicas() -> dict[str, int]:
     }
 
 
-async def stream(http: httpx.AsyncClient, prompt: str) -> tuple[str, int, str | None]:
+async def stream(http: httpx.AsyncClient, prompt: str, started: asyncio.Event) -> tuple[str, int, str | None]:
+    """One greedy batch stream: (text, completion tokens, error). `started` is set at its first chunk or its end."""
     body = {
         "model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": MAX_TOKENS,
         "temperature": 0, "ignore_eos": True, "stream": True, "priority": "batch",
         "stream_options": {"include_usage": True},
     }
     text, tokens, error = "", 0, None
-    async with http.stream("POST", "/v1/chat/completions", json=body) as response:
-        if response.status_code != 200:
-            return "", 0, f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: "):])
-            if "error" in event:
-                error = event["error"]["message"]
-            elif event.get("usage"):
-                tokens = event["usage"]["completion_tokens"]
-            elif event["choices"]:
-                text += event["choices"][0]["delta"].get("content") or ""
-    return text, tokens, error
+    try:
+        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                return "", 0, f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[len("data: "):])
+                if "error" in event:
+                    error = event["error"]["message"]
+                elif event.get("usage"):
+                    tokens = event["usage"]["completion_tokens"]
+                elif event["choices"]:
+                    text += event["choices"][0]["delta"].get("content") or ""
+                    started.set()
+        return text, tokens, error
+    finally:
+        started.set()
 
 
 def moves(base: str) -> dict[str, int]:
@@ -137,14 +142,25 @@ LATENCIES: dict[str, list[float]] = {}
 """Per-stream seconds of the last run of each kind (reference, one spot node)."""
 
 
+async def all_decoding(started: list[asyncio.Event]) -> None:
+    """Returns once every stream has its first chunk (or has ended): a fault after that hits streams mid-answer,
+    however fast this machine decodes (a fixed 4 s wait once came after 3.8 s streams had finished)."""
+    async with asyncio.timeout(120):
+        await asyncio.gather(*(event.wait() for event in started))
+
+
 def run_with_faults(base: str, faults, kind: str = "") -> list[tuple[str, int, str | None]]:
-    async def timed(http: httpx.AsyncClient, prompt: str) -> tuple[tuple[str, int, str | None], float]:
-        started = time.monotonic()
-        return await stream(http, prompt), time.monotonic() - started
+    """Every prompt as a stream at once, and `faults()` once all of them are decoding."""
+
+    async def timed(http, prompt: str, started: asyncio.Event) -> tuple[tuple[str, int, str | None], float]:
+        start = time.monotonic()
+        return await stream(http, prompt, started), time.monotonic() - start
 
     async def run():
         async with httpx.AsyncClient(base_url=base, timeout=300) as http:
-            streams = [asyncio.create_task(timed(http, prompt)) for prompt in PROMPTS]
+            started = [asyncio.Event() for _ in PROMPTS]
+            streams = [asyncio.create_task(timed(http, prompt, event)) for prompt, event in zip(PROMPTS, started, strict=True)]
+            await all_decoding(started)
             await faults()
             return await asyncio.gather(*streams)
 
@@ -208,7 +224,6 @@ def test_one_spot_node_dies_under_load(cluster, reference):
     victim = nodes["spot"].pop(0)
 
     async def preempt():
-        await asyncio.sleep(4)  # streams are running
         await asyncio.to_thread(ray_cluster.remove_node, victim)
 
     results = run_with_faults(base, preempt, "one spot node")
@@ -228,7 +243,6 @@ def test_most_spot_nodes_die_within_seconds(cluster, reference):
     victims, nodes["spot"] = nodes["spot"], []
 
     async def preempt():
-        await asyncio.sleep(4)
         for victim in victims:
             await asyncio.to_thread(ray_cluster.remove_node, victim)
             await asyncio.sleep(1)
