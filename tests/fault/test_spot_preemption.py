@@ -152,7 +152,7 @@ async def all_decoding(started: list[asyncio.Event]) -> None:
 def run_with_faults(base: str, faults, kind: str = "") -> list[tuple[str, int, str | None]]:
     """Every prompt as a stream at once, and `faults()` once all of them are decoding."""
 
-    async def timed(http, prompt: str, started: asyncio.Event) -> tuple[tuple[str, int, str | None], float]:
+    async def timed(http: httpx.AsyncClient, prompt: str, started: asyncio.Event) -> tuple[tuple[str, int, str | None], float]:
         start = time.monotonic()
         return await stream(http, prompt, started), time.monotonic() - start
 
