@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from fastapi import FastAPI
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from ray.serve.schema import ServeInstanceDetails
 
 from deployments.ingress_metrics import IngressMetrics
 from deployments.pool_client import STARTING_STATES, DeploymentState, ServePoolClient
+from deployments.ray_private import serve_instance_details
 from serve_app.autoscaling.contract import PoolQueueStats, autoscaling_stats
 from serve_app.config import AppConfig
 from serve_app.cost.meter import CostMeter
@@ -32,27 +34,26 @@ nothing changes (each read asks the controller for the whole app's status)."""
 CHANGING_POLL_S = 0.5
 """The same while replicas start or requests wait for a pool with no slot
 (starting up, scaling from zero), so they get a new replica as soon as it runs."""
+STATUS_TIMEOUT_S = 5.0
+"""Longest one read of the controller's status may take; the last counts stay meanwhile."""
 
 StateReader = Callable[[], Awaitable[dict[str, DeploymentState]]]
 """Every deployment of the app by name."""
 
 
 async def serve_deployment_states() -> dict[str, DeploymentState]:
-    """Every deployment of this ingress's application, as `serve.status()` has it."""
+    """Every deployment of this ingress's application as Serve's controller has it,
+    within `STATUS_TIMEOUT_S` (a controller or GCS outage must not stall the poll)."""
     app = serve.get_replica_context().app_name
-    status = await asyncio.to_thread(serve.status)
-
-    def count(replicas: dict, states: frozenset[str]) -> int:
-        return sum(n for state, n in replicas.items() if getattr(state, "value", state) in states)
-
+    details = ServeInstanceDetails(**await serve_instance_details(STATUS_TIMEOUT_S))
     return {
         name: DeploymentState(
-            running=count(deployment.replica_states, frozenset({"RUNNING"})),
-            starting=count(deployment.replica_states, STARTING_STATES),
-            status=getattr(deployment.status, "value", str(deployment.status)),
+            replicas=frozenset(r.actor_id for r in deployment.replicas if r.state.value == "RUNNING" and r.actor_id),
+            starting=sum(1 for r in deployment.replicas if r.state.value in STARTING_STATES),
+            status=str(deployment.status.value),
             message=deployment.message or "",
         )
-        for name, deployment in status.applications[app].deployments.items()
+        for name, deployment in details.applications[app].deployments.items()
     }
 
 

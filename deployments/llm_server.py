@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+
+import ray
 
 from deployments.preemption_guard import Node, PreemptionGuard, RayNode
 from serve_app.config import EngineConfig, ModelConfig, PreemptionConfig
 from serve_app.engine import create_engine
 from serve_app.engine.base import (
+    REPLICA_DRAINING,
+    REPLICA_ENGINE_LOST,
     EngineError,
     EngineInfo,
+    EngineLost,
     EngineRequestError,
     GenerationChunk,
     GenerationRequest,
@@ -22,9 +29,28 @@ logger = logger_for(__name__)
 
 EngineFactory = Callable[[str, EngineConfig], LLMEngine]
 
-DRAINING = EngineError(
-    "this replica's node is being preempted; the ingress retries elsewhere", status=503, code="replica_draining"
-)
+ENGINE_WATCH_S = 1.0
+"""How often an idle replica asks its engine whether it is still alive."""
+EXIT_DELAY_S = 0.5
+"""How long a replica whose engine died waits before it exits, so the refusals
+it already sent reach the ingress before Serve's router learns the actor died."""
+ENGINE_LOST_EXIT_CODE = 3
+"""The replica's exit status after its engine died (Serve then replaces it)."""
+
+_REFUSALS = {
+    REPLICA_DRAINING: "this replica's node is being preempted; the ingress retries elsewhere",
+    REPLICA_ENGINE_LOST: "this replica's engine died; the ingress retries elsewhere",
+}
+
+
+def own_actor_id() -> str | None:
+    """This replica's Ray actor id (hex); None outside Ray."""
+    return ray.get_runtime_context().get_actor_id() if ray.is_initialized() else None
+
+
+def refusal(code: str, replica: str | None) -> EngineError:
+    """The refusal a replica that serves nothing more sends instead of output."""
+    return EngineError(_REFUSALS[code], status=503, code=code, replica=replica)
 
 
 class LLMServer:
@@ -34,7 +60,11 @@ class LLMServer:
     the ingress can answer with the right status without unpickling exceptions.
     On a Spot notice its `PreemptionGuard` drains the node; from then on new
     requests are refused with `replica_draining` (the ingress retries them
-    elsewhere) while running ones finish.
+    elsewhere) while running ones finish. When its engine dies, every request
+    gets `replica_engine_lost` (the ingress re-sends or resumes it elsewhere)
+    and the replica exits, so Serve's routers drop it at once and the
+    controller replaces it. Its routing stats say `serving: 0` from either
+    moment on, and the request router never picks it again.
     """
 
     async def __init__(
@@ -44,8 +74,12 @@ class LLMServer:
         preemption: PreemptionConfig,
         engine_factory: EngineFactory = create_engine,
         node_factory: Callable[[], Node] = RayNode,
+        exit_process: Callable[[int], None] = os._exit,
     ) -> None:
         self._model = model
+        self._actor_id = own_actor_id()
+        self._exit_process = exit_process
+        self._engine_lost = False
         self._engine_config = model.pool_engine(model.pool(pool))
         self._engine = engine_factory(model.backend, self._engine_config)
         self._in_flight: dict[str, int] = {}
@@ -54,6 +88,7 @@ class LLMServer:
         self._max_model_len = info.max_model_len
         self._guard = PreemptionGuard(preemption, node=node_factory())
         self._guard.start()
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_engine())
         logger.info("model %s pool %s ready (max_model_len=%d, dtype %s: %s)", model.name, pool,
                     info.max_model_len, info.dtype, info.dtype_reason)
 
@@ -61,9 +96,16 @@ class LLMServer:
         """What the engine resolved at start (dtype, context length, quantization)."""
         return self._info
 
+    def _refusing(self) -> str | None:
+        """Why this replica takes no new work, as a refusal code; None while it serves."""
+        if self._engine_lost:
+            return REPLICA_ENGINE_LOST
+        return REPLICA_DRAINING if self._guard.draining else None
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk | EngineError]:
-        if self._guard.draining:
-            yield DRAINING
+        code = self._refusing()
+        if code is not None:
+            yield refusal(code, self._actor_id)
             return
         busy = len(self._in_flight) >= self._model.stream_busy_requests
         request = replace(request, stream_interval=self._model.stream_chunk_tokens if busy else 1)
@@ -75,23 +117,52 @@ class LLMServer:
                     yield chunk
         except EngineRequestError as exc:
             yield exc.error
+        except EngineLost:
+            self._lose_engine()
+            yield refusal(REPLICA_ENGINE_LOST, self._actor_id)
         finally:
             self._in_flight.pop(request.request_id, None)
 
     def record_routing_stats(self) -> dict[str, float]:
         """Load Serve's request router balances on: running requests and their token debt."""
-        return {"in_flight": len(self._in_flight), "in_flight_tokens": sum(self._in_flight.values())}
+        return {"in_flight": len(self._in_flight), "in_flight_tokens": sum(self._in_flight.values()),
+                "serving": int(self._refusing() is None)}
 
     async def check_health(self) -> None:
         if not self._guard.healthy():
             raise RuntimeError("draining for a preemption, nothing left in flight")
-        await self._engine.check_health()
+        try:
+            await self._engine.check_health()
+        except EngineLost:
+            self._lose_engine()
+            raise
+
+    async def _watch_engine(self) -> None:
+        """Notice an engine that died while no request was running."""
+        while not self._engine_lost:
+            await asyncio.sleep(ENGINE_WATCH_S)
+            try:
+                await self._engine.check_health()
+            except EngineLost:
+                self._lose_engine()
+
+    def _lose_engine(self) -> None:
+        """The engine died: refuse everything from now on and exit shortly."""
+        if self._engine_lost:
+            return
+        self._engine_lost = True
+        logger.error("model %s: the engine died; this replica refuses new work and exits in %.1f s",
+                     self._model.name, EXIT_DELAY_S)
+        asyncio.get_running_loop().call_later(EXIT_DELAY_S, self._exit_process, ENGINE_LOST_EXIT_CODE)
 
     def __del__(self) -> None:
         """Serve's graceful shutdown: stop watching for notices, release the engine's processes."""
         guard = getattr(self, "_guard", None)
         if guard is not None:
             guard.stop()
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:
+            watchdog.cancel()
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.shutdown()

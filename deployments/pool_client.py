@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
@@ -16,7 +16,7 @@ from serve_app.capacity import SPOT
 from serve_app.capacity.chooser import CapacityChooser, CapacityState
 from serve_app.capacity.decode_speed import DecodeSpeed
 from serve_app.config import Priority
-from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
+from serve_app.engine.base import REPLICA_GONE_CODES, EngineError, GenerationChunk, GenerationRequest
 from serve_app.logs import logger_for
 from serve_app.scheduling.errors import Overloaded, ReplicaUnavailable
 from serve_app.topology import Topology
@@ -33,33 +33,26 @@ FAILED_STATUSES = frozenset({"DEPLOY_FAILED", "UNHEALTHY"})
 STARTING_STATES = frozenset({"STARTING", "UPDATING", "RECOVERING"})
 """Serve replica states that will become RUNNING."""
 LOST_REPLICA_HOLD_S = 30.0
-"""How long a replica lost mid-attempt stays off its deployment's running count
-while the controller still reports the deployment as before (it notices a dead
-replica within a health-check period; Serve's default is 10 s)."""
+"""How long a replica lost mid-attempt (dead, draining, engine lost) stays off its
+deployment's running count while the controller still reports it running (it
+notices a dead replica within a health-check period; Serve's default is 10 s)."""
+UNREACHABLE_HOLD_S = 5.0
+"""The same for a replica unreachable for the moment (`ActorUnavailableError`)."""
 
 
 @dataclass(frozen=True)
 class DeploymentState:
-    """One deployment as Serve reports it (`serve.status()`)."""
+    """One deployment as Serve's controller reports it."""
 
-    running: int
+    replicas: frozenset[str] = frozenset()
+    """Actor ids (hex) of its RUNNING replicas."""
     starting: int = 0
     status: str = "HEALTHY"
     message: str = ""
 
-
-@dataclass
-class _Losses:
-    """Replicas of one deployment lost mid-attempt since the controller last changed its report."""
-
-    reported: DeploymentState | None
-    since: float
-    replicas: set[str] = field(default_factory=set)
-
-
-def _replica_key(exc: Exception) -> str:
-    """Which replica an error lost: the actor's id where Ray says it, else one key per kind."""
-    return str(getattr(exc, "actor_id", None) or getattr(exc, "_replica_id", None) or type(exc).__name__)
+    @property
+    def running(self) -> int:
+        return len(self.replicas)
 
 
 AttemptRecorder = Callable[[str, str, str, int, int, int], None]
@@ -70,12 +63,15 @@ class ServePoolClient:
     """Picks one of a pool's deployments (capacity types) per attempt, with the
     `CapacityChooser`, and streams from it over a Serve handle.
 
-    Running replicas per deployment come from the ingress's poll; a replica lost
-    mid-attempt lowers its deployment's count at once, so the retry goes to a
-    side or pool that still has replicas (a lost Spot node often takes all of its
-    side). Each lost replica counts once, however many streams it ended, and stays
-    off the count while the controller's report of its deployment is the one from
-    before the loss: a poll that races the controller does not bring it back.
+    Running replicas per deployment come from the ingress's poll, by actor id.
+    A replica lost mid-attempt (its actor died, or it refused as draining or
+    with a dead engine) leaves its deployment's count at once, so the retry
+    goes to a side or pool that still has replicas (a lost Spot node often
+    takes all of its side). Losses are kept by actor id and expire on the
+    clock: a replica counts once however many streams it ended, a loss the
+    controller already reflects subtracts nothing more, and a replica the
+    controller keeps reporting comes back after `LOST_REPLICA_HOLD_S`
+    (`UNREACHABLE_HOLD_S` if it was only unreachable), poll or no poll.
     """
 
     def __init__(self, topology: Topology, handles: dict[str, DeploymentHandle],
@@ -86,9 +82,8 @@ class ServePoolClient:
         self._on_attempt = on_attempt
         self._clock = clock
         self._states: dict[str, DeploymentState] = {}
-        self._losses: dict[str, _Losses] = {}
-        self._unreachable: dict[str, set[str]] = {}
-        """Replicas unreachable for the moment, per deployment, until the next poll."""
+        self._off: dict[str, float] = {}
+        """Actor ids of replicas lost or unreachable -> when they count again."""
         self._in_flight: Counter[str] = Counter()
         self._chooser = CapacityChooser()
         config = topology.config
@@ -98,26 +93,21 @@ class ServePoolClient:
 
     def set_states(self, states: dict[str, DeploymentState]) -> None:
         now = self._clock()
-        self._losses = {name: losses for name, losses in self._losses.items()
-                        if states.get(name) == losses.reported and now - losses.since < LOST_REPLICA_HOLD_S}
+        self._off = {replica: until for replica, until in self._off.items() if until > now}
         self._states = dict(states)
-        self._unreachable = {}
 
     def _running(self, name: str) -> int:
         """The deployment's running replicas as last polled, less those lost or unreachable since."""
-        state, losses = self._states.get(name), self._losses.get(name)
-        running = state.running if state is not None else 0
-        gone = self._unreachable.get(name, set()) | (losses.replicas if losses is not None else set())
-        return max(0, running - len(gone))
+        state = self._states.get(name)
+        if state is None:
+            return 0
+        now = self._clock()
+        return sum(1 for replica in state.replicas if self._off.get(replica, now) <= now)
 
-    def _lose_replica(self, name: str, exc: Exception) -> None:
-        """Take the replica behind `exc` off its deployment's count: until the next
-        poll if it is only unreachable for the moment, else until the controller noticed."""
-        if isinstance(exc, ActorUnavailableError):
-            self._unreachable.setdefault(name, set()).add(_replica_key(exc))
-            return
-        losses = self._losses.setdefault(name, _Losses(self._states.get(name), self._clock()))
-        losses.replicas.add(_replica_key(exc))
+    def _lose_replica(self, replica: str | None, hold_s: float) -> None:
+        """Take a replica off its deployment's count for `hold_s` (longer if it already is)."""
+        if replica is not None:
+            self._off[replica] = max(self._off.get(replica, 0.0), self._clock() + hold_s)
 
     def down_reason(self, model: str, pool: str) -> str | None:
         """Why nothing can serve the pool now or soon, or None. A pool is down when
@@ -197,7 +187,9 @@ class ServePoolClient:
         first_token_at, tokens, prompt_tokens, ended = None, 0, 0, False
         try:
             async for chunk in responses:
-                if isinstance(chunk, GenerationChunk) and chunk.num_tokens:
+                if isinstance(chunk, EngineError) and chunk.code in REPLICA_GONE_CODES:
+                    self._lose_replica(chunk.replica, LOST_REPLICA_HOLD_S)
+                elif isinstance(chunk, GenerationChunk) and chunk.num_tokens:
                     first_token_at = first_token_at or time.monotonic()
                     tokens += chunk.num_tokens
                     prompt_tokens = chunk.prompt_tokens + len(request.continuation)
@@ -210,13 +202,17 @@ class ServePoolClient:
             # Serve's own queue in front of the replicas is full: load, not a lost replica.
             raise Overloaded(f"{name}: Serve's queue is full", retry_after_s=1) from None
         except _REPLICA_LOST as exc:
-            self._lose_replica(name, exc)
-            raise ReplicaUnavailable(f"{type(exc).__name__}") from exc
+            replica = getattr(exc, "actor_id", None)
+            if isinstance(exc, ActorUnavailableError):  # may come back: not avoided, off the count briefly
+                self._lose_replica(replica, UNREACHABLE_HOLD_S)
+                raise ReplicaUnavailable(type(exc).__name__) from exc
+            self._lose_replica(replica, LOST_REPLICA_HOLD_S)
+            raise ReplicaUnavailable(type(exc).__name__, replica=replica) from exc
         except Exception as exc:
-            # A RayTaskError's text carries the remote traceback; clients get the cause only.
+            # The remote text (a traceback, paths) goes to the log; the client gets the error's type.
             cause = getattr(exc, "cause", None) or exc
-            detail = f"{type(cause).__name__}: {cause}"[:300]
-            yield EngineError(f"model {model!r} failed: {detail}", status=500, code="engine_error")
+            logger.error("model %s: %s failed: %s", model, name, f"{type(cause).__name__}: {cause}"[:2000])
+            yield EngineError(f"model {model!r} failed ({type(cause).__name__})", status=500, code="engine_error")
         finally:
             self._in_flight[name] -= 1
             if not ended:  # the caller stopped early (moved on, went away): stop the replica's work

@@ -8,6 +8,7 @@ production.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 RAY_VERSION = "2.60.0"
@@ -52,3 +53,17 @@ def cached_queue_len(request_router: Any, replica_id: Any) -> int | None:
     attribute `_replica_queue_len_cache` (its own built-in routers read it
     the same way); probing again would cost a round trip per choice."""
     return request_router._replica_queue_len_cache.get(replica_id)
+
+
+async def serve_instance_details(timeout_s: float) -> dict[str, Any]:
+    """Serve's controller's view of every application, replicas and their actor
+    ids included (the dict behind `ray.serve.schema.ServeInstanceDetails`),
+    within `timeout_s` (`TimeoutError` past it).
+
+    Private because Ray 2.60's public `serve.status()` gives replica counts but
+    not which replicas, and blocks with no timeout; it reads the same controller
+    call through the private client (`_get_global_client()._controller`)."""
+    from ray.serve.context import _get_global_client
+
+    async with asyncio.timeout(timeout_s):
+        return await _get_global_client()._controller.get_serve_instance_details.remote()

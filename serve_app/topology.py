@@ -82,7 +82,8 @@ class PoolDeployment:
     options: dict[str, Any]
     """Keyword arguments for `Deployment.options(...)` (name excluded)."""
     slots_per_replica: int
-    """Requests one replica runs at once (the ingress's admission unit)."""
+    """Requests one replica runs at once (the ingress's admission unit): its
+    `max_ongoing_requests`, at most the engine's `max_num_seqs`."""
 
 
 class Topology:
@@ -116,8 +117,11 @@ class Topology:
 
     def _pool_deployments(self, model: ModelConfig, pool: PoolConfig) -> list[PoolDeployment]:
         deployment = model.pool_deployment(pool)
+        # More slots than the engine runs at once would queue requests inside it,
+        # where the ingress cannot see or order them and their wait runs the attempt's clock.
+        slots = min(deployment.max_ongoing_requests, model.pool_engine(pool).max_num_seqs)
         options = {"request_router_config": REQUEST_ROUTER_CONFIG, **deployment.serve_options()}
-        options["max_ongoing_requests"] = math.ceil(deployment.max_ongoing_requests * (1 + SERVE_HEADROOM))
+        options["max_ongoing_requests"] = math.ceil(slots * (1 + SERVE_HEADROOM))
         actor = options["ray_actor_options"] = dict(options.get("ray_actor_options") or {})
         runtime_env = actor["runtime_env"] = dict(actor.get("runtime_env") or {})
         runtime_env["env_vars"] = {**REPLICA_ENV, **(runtime_env.get("env_vars") or {})}
@@ -137,6 +141,6 @@ class Topology:
                 sides[SPOT]["graceful_shutdown_timeout_s"] = preemption.notice_window_s - preemption.drain_margin_s
         return [
             PoolDeployment(model.name, pool.name, side, deployment_name(model.name, pool.name, side), side_options,
-                           deployment.max_ongoing_requests)
+                           slots)
             for side, side_options in sides.items()
         ]

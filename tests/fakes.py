@@ -20,6 +20,7 @@ from serve_app.capacity import MARKET_TYPE_LABEL, ON_DEMAND
 from serve_app.capacity.preemption import INSTANCE_ACTION_PATH, TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER
 from serve_app.engine.base import (
     EngineInfo,
+    EngineLost,
     GenerationChunk,
     GenerationRequest,
     LLMEngine,
@@ -37,6 +38,9 @@ class FakeEngine(LLMEngine):
         self.max_model_len = max_model_len
         self.fail_after = fail_after
         """Raise after this many chunks of any attempt (an engine failure, not retried)."""
+        self.dies_after: int | None = None
+        """Die (`EngineLost`, for good) after this many chunks of any attempt."""
+        self.lost = False
         self.answer_tokens = answer_tokens
         """Stop (finish reason `stop`) after this many answer tokens; None: never."""
         self.step_s = step_s
@@ -61,6 +65,9 @@ class FakeEngine(LLMEngine):
             position = start + step
             if self.fail_after is not None and step == self.fail_after:
                 raise RuntimeError("replica died")
+            if self.lost or (self.dies_after is not None and step == self.dies_after):
+                self.lost = True
+                raise EngineLost("engine core died")
             await asyncio.sleep(self.step_s)
             done = self.answer_tokens is not None and position + 1 >= self.answer_tokens
             yield GenerationChunk(
@@ -74,7 +81,8 @@ class FakeEngine(LLMEngine):
                 return
 
     async def check_health(self) -> None:
-        return None
+        if self.lost:
+            raise EngineLost("engine core died")
 
     def shutdown(self) -> None:
         return None
@@ -123,18 +131,28 @@ class FakeHandle:
         return _Method(self._target, name, self._stream)
 
 
-async def start_llm_server(model, engine: LLMEngine, pool: str = "default", preemption=None, node=None):
+async def start_llm_server(model, engine: LLMEngine, pool: str = "default", preemption=None, node=None,
+                           exits: list[int] | None = None):
     """Construct an `LLMServer` the way Serve does (its `__init__` is async), on
-    an on-demand `FakeNode` unless told otherwise."""
+    an on-demand `FakeNode` unless told otherwise; the exit statuses it would
+    end its process with go to `exits` instead."""
     from deployments.llm_server import LLMServer
     from serve_app.capacity.preemption import PreemptionConfig
 
     server = LLMServer.__new__(LLMServer)
     node = node or FakeNode(ON_DEMAND)
     await server.__init__(
-        model, pool, preemption or PreemptionConfig(), engine_factory=lambda *_: engine, node_factory=lambda: node
+        model, pool, preemption or PreemptionConfig(), engine_factory=lambda *_: engine, node_factory=lambda: node,
+        exit_process=(exits if exits is not None else []).append,
     )
     return server
+
+
+def replicas_up(count: int, prefix: str = "replica", **fields):
+    """A `DeploymentState` with `count` running replicas, actor ids `{prefix}-0`, `{prefix}-1`, ..."""
+    from deployments.pool_client import DeploymentState
+
+    return DeploymentState(replicas=frozenset(f"{prefix}-{i}" for i in range(count)), **fields)
 
 
 async def start_ingress(config, engines: dict[str, LLMEngine]):
@@ -151,7 +169,7 @@ async def start_ingress(config, engines: dict[str, LLMEngine]):
             handles[name] = FakeHandle(await start_llm_server(model, engines[name], pool.name))
 
     async def one_replica_each():
-        return {name: DeploymentState(running=1) for name in handles}
+        return {name: replicas_up(1, name) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
     await ingress.__init__(config, handles, read_states=one_replica_each)

@@ -32,8 +32,10 @@ class DeploymentOptions(BaseModel):
     autoscaling_config: dict[str, Any] | None = None
     """Serve `AutoscalingConfig` (min/max replicas, targets, delays)."""
     max_ongoing_requests: int = Field(default=64, gt=0)
-    """Requests one replica runs at once: the ingress's slots per replica.
-    Serve's own limit on the replica is set above it (`serve_options`)."""
+    """Requests one replica runs at once: the ingress's slots per replica, at
+    most the engine's `max_num_seqs` (more would wait inside the engine, unseen
+    by the ingress's queue). Serve's own limit on a pool replica is set a
+    little above the slots (`serve_app.topology.SERVE_HEADROOM`)."""
 
     @model_validator(mode="after")
     def _serve_accepts(self) -> DeploymentOptions:

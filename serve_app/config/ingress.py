@@ -124,9 +124,14 @@ class IngressConfig(StrictModel):
     queue_timeout_s: float = Field(default=60.0, gt=0)
     """Longest a request waits in a pool's queue for a slot before 503 +
     `Retry-After` (also while a pool scales up from zero)."""
+    first_token_timeout_s: float = Field(default=120.0, gt=0)
+    """Longest an attempt may wait for its first output (prefill, and a wait
+    inside the engine when its KV cache is full) before its replica counts as
+    hung and the request is re-sent or resumed elsewhere. Waiting in the
+    ingress's own queue does not count: that is `queue_timeout_s`."""
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
-    """Longest a running attempt may go without output (the first chunk
-    included) before its replica counts as hung and the request resumes
+    """Longest a running attempt may go without output once its first chunk
+    came before its replica counts as hung and the request resumes
     elsewhere, or ends with an error event when no retry is left."""
     predictor: PredictorConfig = Field(default_factory=PredictorConfig)
     """Output-length prediction."""

@@ -54,6 +54,9 @@ class GenerationRequest:
     cache_salt: str | None = None
     """Isolates prefix-cache reuse: requests with different salts never share
     cached blocks (one tenant cannot time another's prompts)."""
+    avoid_replicas: tuple[str, ...] = ()
+    """Replicas (actor ids) an earlier attempt found gone for good (lost,
+    draining, engine dead): the pool's request router never picks them."""
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
@@ -91,6 +94,15 @@ class GenerationResult:
         self.finish_reason = chunk.finish_reason or self.finish_reason
 
 
+REPLICA_DRAINING = "replica_draining"
+"""Refusal code of a replica whose node is being preempted."""
+REPLICA_ENGINE_LOST = "replica_engine_lost"
+"""Refusal code of a replica whose engine died (the replica exits)."""
+REPLICA_GONE_CODES = frozenset({REPLICA_DRAINING, REPLICA_ENGINE_LOST})
+"""Refusals meaning the replica serves nothing more: the request goes on
+elsewhere (re-sent, or resumed from the tokens already sent)."""
+
+
 @dataclass(frozen=True)
 class EngineError:
     """A request the engine refused, sent back as data (not as an exception)."""
@@ -99,6 +111,12 @@ class EngineError:
     status: int = 400
     param: str | None = None
     code: str | None = None
+    replica: str | None = None
+    """The refusing replica's actor id, with a `REPLICA_GONE_CODES` refusal."""
+
+
+class EngineLost(Exception):
+    """Raised by engines that can no longer serve anything (their process died)."""
 
 
 class EngineRequestError(Exception):
@@ -132,11 +150,12 @@ class LLMEngine(abc.ABC):
     @abc.abstractmethod
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Yield output as it is produced. Raises `EngineRequestError` before the
-        first chunk when the request cannot be served (e.g. prompt too long)."""
+        first chunk when the request cannot be served (e.g. prompt too long),
+        `EngineLost` when the engine died."""
 
     @abc.abstractmethod
     async def check_health(self) -> None:
-        """Raise if the engine can no longer serve."""
+        """Raise `EngineLost` if the engine can no longer serve."""
 
     @abc.abstractmethod
     def shutdown(self) -> None:

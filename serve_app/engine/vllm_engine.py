@@ -14,6 +14,7 @@ from serve_app.config import EngineConfig
 from serve_app.engine.base import (
     EngineError,
     EngineInfo,
+    EngineLost,
     EngineRequestError,
     GenerationChunk,
     GenerationRequest,
@@ -112,6 +113,15 @@ class VLLMEngine(LLMEngine):
             raise EngineRequestError(EngineError(str(exc)[:500], param=getattr(exc, "parameter", None))) from None
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            async for chunk in self._generate(request):
+                yield chunk
+        except EngineDeadError:
+            raise EngineLost("vLLM's engine core died") from None
+
+    async def _generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         from vllm.inputs import TokensPrompt
 
         # Chat template and tokenizer are CPU work: off the replica's event loop.
@@ -144,7 +154,12 @@ class VLLMEngine(LLMEngine):
                 return  # closing the generator aborts the engine request
 
     async def check_health(self) -> None:
-        await self._engine.check_health()
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        try:
+            await self._engine.check_health()
+        except EngineDeadError:
+            raise EngineLost("vLLM's engine core died") from None
 
     def shutdown(self) -> None:
         if self._engine is not None:

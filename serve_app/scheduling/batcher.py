@@ -22,7 +22,13 @@ from contextlib import aclosing
 from dataclasses import replace
 
 from serve_app.config import PRIORITIES, AppConfig, ModelConfig, PoolConfig, Priority
-from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.engine.base import (
+    REPLICA_GONE_CODES,
+    EngineError,
+    GenerationChunk,
+    GenerationRequest,
+    GenerationResult,
+)
 from serve_app.scheduling.admission import AdmissionPolicy, PoolQueue, PoolStats, Rank, Slot
 from serve_app.scheduling.attempts import RetryPolicy, plan_attempt
 from serve_app.scheduling.errors import (
@@ -38,8 +44,6 @@ from serve_app.scheduling.predictor import LengthPredictor
 from serve_app.scheduling.rate_limit import RateLimiter
 from serve_app.scheduling.types import PoolClient, RequestMeta, RequestRecord, SchedulerObserver
 
-RETRYABLE_ENGINE_CODES = frozenset({"replica_draining"})
-"""Refusals a replica sends before any output that another replica can serve."""
 ENGINE_PRIORITY_STRIDE = 1_000_000
 """Engine priority = priority class x this + predicted tokens (lower first)."""
 
@@ -208,20 +212,23 @@ class LengthBucketBatcher:
 
     async def _attempt(self, model: str, pool: str, request: GenerationRequest, priority: Priority,
                        started: float) -> AsyncIterator[GenerationChunk | EngineError]:
-        """One attempt's output; no chunk within `stream_idle_timeout_s` means a hung
-        replica (`ReplicaUnavailable`), past the request's deadline `DeadlineExceeded`."""
+        """One attempt's output. No first chunk within `first_token_timeout_s`, or
+        no next one within `stream_idle_timeout_s`, means a hung replica
+        (`ReplicaUnavailable`); past the request's deadline, `DeadlineExceeded`."""
+        limit_s = self._ingress.first_token_timeout_s
         async with aclosing(self._client.stream(model, pool, request, priority)) as chunks:
             while True:
                 remaining = self._remaining_s(started)
                 try:
-                    async with asyncio.timeout(min(self._ingress.stream_idle_timeout_s, max(0.0, remaining))):
+                    async with asyncio.timeout(min(limit_s, max(0.0, remaining))):
                         item = await anext(chunks)
                 except StopAsyncIteration:
                     return
                 except TimeoutError:
                     if self._remaining_s(started) <= 0:
                         raise DeadlineExceeded(f"over the {self._ingress.request_timeout_s:g}s request limit") from None
-                    raise ReplicaUnavailable(f"no output for {self._ingress.stream_idle_timeout_s:g}s") from None
+                    raise ReplicaUnavailable(f"no output for {limit_s:g}s") from None
+                limit_s = self._ingress.stream_idle_timeout_s
                 yield item
 
     async def _run(
@@ -236,18 +243,21 @@ class LengthBucketBatcher:
         slot: Slot | None = await self._acquire(config.name, config.pools[index].name, meta.priority, record, started)
         sent: list[int] = []
         sent_chars = failures = 0
+        avoid: list[str] = []
+        """Replicas found gone for good by earlier attempts: Serve's router skips them."""
         rebucket = config.overrun == "rebucket"
         try:
             while True:
                 pool = config.pools[index]
-                attempt = plan_attempt(request, pool, rebucket, record.attempts, tuple(sent), sent_chars)
+                attempt = plan_attempt(replace(request, avoid_replicas=tuple(avoid)), pool, rebucket,
+                                       record.attempts, tuple(sent), sent_chars)
                 record.attempts += 1
                 moved_on = False
                 try:
                     async for item in self._attempt(config.name, pool.name, attempt.request, meta.priority, started):
                         if isinstance(item, EngineError):
-                            if item.code in RETRYABLE_ENGINE_CODES:
-                                raise ReplicaUnavailable(item.message)
+                            if item.code in REPLICA_GONE_CODES:
+                                raise ReplicaUnavailable(item.message, item.replica)
                             record.status = "error"
                             yield item
                             return
@@ -265,6 +275,8 @@ class LengthBucketBatcher:
                             break
                 except ReplicaUnavailable as exc:
                     failures += 1
+                    if exc.replica is not None:
+                        avoid.append(exc.replica)
                     wait_s = self._retry.wait_s(failures)
                     if wait_s is None:
                         raise Unavailable(f"model {config.name!r}: no replica could finish the request after "

@@ -31,6 +31,11 @@ class Unavailable(Refused):
 class ReplicaUnavailable(Exception):
     """One attempt could not be served (replica lost, draining, refusing load): try another."""
 
+    def __init__(self, message: str, replica: str | None = None) -> None:
+        super().__init__(message)
+        self.replica = replica
+        """The replica (actor id) found gone for good, which later attempts avoid; None if none or not for good."""
+
 
 class DeadlineExceeded(Exception):
     """The request ran past the ingress's `request_timeout_s`."""

@@ -5,7 +5,10 @@ and the output tokens those may still produce) every second; Serve's request
 router (`deployments.request_router`) also knows each replica's queue length
 from its own probes. The policy ranks replicas by that load and offers the
 lightest two first, so Serve's probe picks between two good candidates instead
-of two random ones.
+of two random ones. A replica that serves nothing more (draining for a
+preemption, its engine lost: it says so in its stats) or that an earlier
+attempt of the request found gone is never offered; with none left, nothing
+is, and Serve's router waits for a replica to start.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ class ReplicaLoad:
     """From the replica's last routing stats; None before its first report."""
     queue_len: int | None
     """Serve's request router's cached queue length of the replica; None if never probed."""
+    serving: bool = True
+    """False once the replica takes no new work, or the request must avoid it."""
 
 
 class LeastLoadedPolicy:
@@ -33,6 +38,6 @@ class LeastLoadedPolicy:
 
     def rank(self, loads: list[ReplicaLoad]) -> list[list[str]]:
         """Replica ids, most preferred rank first."""
-        ordered = [load.replica for load in sorted(loads, key=self.score)]
+        ordered = [load.replica for load in sorted(loads, key=self.score) if load.serving]
         first, rest = ordered[: self._first_rank_size], ordered[self._first_rank_size :]
         return [first, rest] if rest else [first] if first else []

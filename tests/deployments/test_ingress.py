@@ -8,9 +8,8 @@ from ray.exceptions import ActorDiedError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 from deployments.ingress import OpenAIIngress
-from deployments.pool_client import DeploymentState
 from serve_app.topology import deployment_name
-from tests.fakes import FailingHandle
+from tests.fakes import FailingHandle, replicas_up
 
 
 async def app_over(config, exc: Exception):
@@ -18,7 +17,7 @@ async def app_over(config, exc: Exception):
     handles = {deployment_name(model.name, "default"): FailingHandle(exc) for model in config.models}
 
     async def one_each():
-        return {name: DeploymentState(running=1) for name in handles}
+        return {name: replicas_up(1, name) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
     await ingress.__init__(config, handles, read_states=one_each)
@@ -53,8 +52,8 @@ async def test_remote_tracebacks_do_not_reach_the_client(small_config):
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         response = await http.post("/v1/completions", json={"prompt": "x"})
     message = response.json()["error"]["message"]
-    assert response.status_code == 500 and "ValueError: bad" in message
-    assert "secret/path.py" not in message
+    assert response.status_code == 500 and "ValueError" in message  # the type, for the client
+    assert "secret/path.py" not in message and "bad" not in message  # no remote text: that goes to the log
 
 
 @pytest.mark.parametrize("starting, min_reads, max_reads", [(1, 3, 6), (0, 1, 1)])
@@ -64,7 +63,7 @@ async def test_replica_counts_are_read_often_only_while_replicas_start(small_con
 
     async def states():
         reads.append(asyncio.get_running_loop().time())
-        return {name: DeploymentState(running=1, starting=starting) for name in handles}
+        return {name: replicas_up(1, name, starting=starting) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
     await ingress.__init__(small_config, handles, read_states=states)

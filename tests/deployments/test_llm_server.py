@@ -1,6 +1,15 @@
-from deployments.llm_server import DRAINING
+import asyncio
+
+from deployments.llm_server import ENGINE_LOST_EXIT_CODE, ENGINE_WATCH_S, EXIT_DELAY_S, refusal
 from serve_app.config import ModelConfig
-from serve_app.engine.base import EngineError, GenerationRequest, SamplingOptions
+from serve_app.engine.base import (
+    REPLICA_DRAINING,
+    REPLICA_ENGINE_LOST,
+    EngineError,
+    GenerationChunk,
+    GenerationRequest,
+    SamplingOptions,
+)
 from tests.fakes import FakeEngine, start_llm_server
 
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
@@ -52,9 +61,9 @@ async def test_routing_stats_count_running_requests_and_their_token_debt():
     server = await start_llm_server(MODEL, FakeEngine(max_model_len=16))
     stream = server.stream(request(5))
     await anext(stream)
-    assert server.record_routing_stats() == {"in_flight": 1, "in_flight_tokens": 4}
+    assert server.record_routing_stats() == {"in_flight": 1, "in_flight_tokens": 4, "serving": 1}
     [item async for item in stream]
-    assert server.record_routing_stats() == {"in_flight": 0, "in_flight_tokens": 0}
+    assert server.record_routing_stats() == {"in_flight": 0, "in_flight_tokens": 0, "serving": 1}
 
 
 async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work():
@@ -78,7 +87,8 @@ async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work()
             if server._guard.draining:
                 break
         refused = [item async for item in server.stream(request(2))]
-        assert refused == [DRAINING]
+        assert refused == [refusal(REPLICA_DRAINING, None)]
+        assert server.record_routing_stats()["serving"] == 0  # the request router skips it from now on
         await server.check_health()  # still finishing the running request
         rest = [item async for item in running]
         assert first.text + "".join(chunk.text for chunk in rest) == "".join(f" w{i}" for i in range(10))
@@ -88,3 +98,29 @@ async def test_a_spot_notice_drains_refuses_new_work_and_finishes_running_work()
         assert len(node.drains) == 1
     finally:
         imds.close()
+
+
+async def test_a_dead_engine_is_a_lost_replica_every_stream_refused_and_the_replica_exits():
+    engine, exits = FakeEngine(max_model_len=64, step_s=0.01), []
+    server = await start_llm_server(MODEL, engine, exits=exits)
+    engine.dies_after = 3
+    running = [item async for item in server.stream(request(10, request_id="a"))]
+    assert [type(item) for item in running] == [GenerationChunk] * 3 + [EngineError]
+    assert running[-1].code == REPLICA_ENGINE_LOST and running[-1].status == 503  # retried, not a 500
+    assert [item async for item in server.stream(request(2, request_id="b"))] == [refusal(REPLICA_ENGINE_LOST, None)]
+    assert server.record_routing_stats()["serving"] == 0
+    assert exits == []
+    await asyncio.sleep(EXIT_DELAY_S + 0.1)
+    assert exits == [ENGINE_LOST_EXIT_CODE]  # out of every router at once; Serve replaces it
+
+
+async def test_an_engine_that_dies_while_idle_is_noticed_without_a_request():
+    engine, exits = FakeEngine(max_model_len=64), []
+    server = await start_llm_server(MODEL, engine, exits=exits)
+    engine.lost = True
+    for _ in range(int((ENGINE_WATCH_S + EXIT_DELAY_S) / 0.05) + 20):
+        if exits:
+            break
+        await asyncio.sleep(0.05)
+    assert exits == [ENGINE_LOST_EXIT_CODE]
+    assert server.record_routing_stats()["serving"] == 0

@@ -4,11 +4,12 @@ what a lost replica does to the next choice."""
 import pytest
 from ray.exceptions import ActorDiedError, ActorUnavailableError
 
-from deployments.pool_client import LOST_REPLICA_HOLD_S, DeploymentState, ServePoolClient
-from serve_app.engine.base import GenerationRequest, SamplingOptions
+from deployments.llm_server import refusal
+from deployments.pool_client import LOST_REPLICA_HOLD_S, UNREACHABLE_HOLD_S, DeploymentState, ServePoolClient
+from serve_app.engine.base import REPLICA_DRAINING, GenerationRequest, SamplingOptions
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.topology import Topology, deployment_name
-from tests.fakes import FailingHandle, FakeEngine, FakeHandle, start_llm_server
+from tests.fakes import FailingHandle, FakeEngine, FakeHandle, replicas_up, start_llm_server
 
 
 async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_config):
@@ -30,7 +31,7 @@ async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_confi
     engines = {side: FakeEngine() for side in sides}
     handles = {names[side]: FakeHandle(await start_llm_server(model, engines[side])) for side in sides}
     client = ServePoolClient(topology, handles)
-    client.set_states({name: DeploymentState(running=1) for name in names.values()})
+    client.set_states({name: replicas_up(1, name) for name in names.values()})
     assert client.slots(model.name, pool.name) == 2 * model.deployment.max_ongoing_requests
 
     async def send(max_tokens, priority):
@@ -70,23 +71,54 @@ async def attempt(client: ServePoolClient, model, priority: str = "batch") -> No
 
 async def test_a_lost_replica_steers_retries_to_the_other_side(small_config):
     config, model, spot, on_demand = two_sided(small_config)
-    handles = {spot: FailingHandle(ActorDiedError()), on_demand: FailingHandle(ValueError("served"))}
+    handles = {spot: FailingHandle(died("spot-0")), on_demand: FailingHandle(ValueError("served"))}
     client = ServePoolClient(Topology(config), handles)
-    client.set_states({spot: DeploymentState(running=1), on_demand: DeploymentState(running=1)})
-    with pytest.raises(ReplicaUnavailable):
+    client.set_states({spot: replicas_up(1, "spot"), on_demand: replicas_up(1, "od")})
+    with pytest.raises(ReplicaUnavailable) as lost:
         await attempt(client, model)
+    assert lost.value.replica == "spot-0"  # later attempts avoid it
     assert client.running(model.name, model.pools[0].name) == {"on-demand": 1, "spot": 0}
     await attempt(client, model)  # batch, yet on-demand now
     assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)
 
 
-async def test_a_lost_replica_counts_once_and_stays_lost_until_the_controller_reports_a_change(small_config):
+class RefusingHandle(FailingHandle):
+    """A Spot replica draining for a preemption: it refuses every request."""
+
+    def remote(self, *args):
+        self.calls += 1
+
+        async def refuse():
+            yield refusal(REPLICA_DRAINING, "spot-0")
+
+        class Refusing:
+            def __aiter__(self):
+                return refuse()
+
+            def cancel(self):
+                pass
+
+        return Refusing()
+
+
+async def test_a_draining_replicas_refusal_moves_the_retry_to_the_other_side(small_config):
+    config, model, spot, on_demand = two_sided(small_config)
+    handles = {spot: RefusingHandle(None), on_demand: FailingHandle(ValueError("served"))}
+    client = ServePoolClient(Topology(config), handles)
+    client.set_states({spot: replicas_up(1, "spot"), on_demand: replicas_up(1, "od")})
+    await attempt(client, model)  # batch: Spot, which refuses
+    assert client.running(model.name, model.pools[0].name) == {"on-demand": 1, "spot": 0}
+    await attempt(client, model)
+    assert (handles[spot].calls, handles[on_demand].calls) == (1, 1)
+
+
+async def test_a_lost_replica_counts_once_even_when_the_controller_already_dropped_it(small_config):
     config, model, spot, on_demand = two_sided(small_config, replicas=4)
     pool = model.pools[0].name
-    handles = {spot: FailingHandle(died("a1")), on_demand: FailingHandle(ValueError("served"))}
+    handles = {spot: FailingHandle(died("spot-1")), on_demand: FailingHandle(ValueError("served"))}
     now = [0.0]
     client = ServePoolClient(Topology(config), handles, clock=lambda: now[0])
-    before = {spot: DeploymentState(running=2), on_demand: DeploymentState(running=2)}
+    before = {spot: replicas_up(2, "spot"), on_demand: replicas_up(2, "od")}
     client.set_states(before)
     for _ in range(2):  # two streams on the same replica: one replica lost
         with pytest.raises(ReplicaUnavailable):
@@ -95,32 +127,36 @@ async def test_a_lost_replica_counts_once_and_stays_lost_until_the_controller_re
     now[0] = 5.0
     client.set_states(before)  # a poll that raced the controller: still lost
     assert client.running(model.name, pool)["spot"] == 1
-    client.set_states({**before, spot: DeploymentState(running=1, starting=1)})  # noticed: its count now
+    # The controller has dropped it (a drain's usual order): the loss must not subtract a second time.
+    client.set_states({**before, spot: DeploymentState(replicas=frozenset({"spot-0"}), starting=1)})
     assert client.running(model.name, pool)["spot"] == 1
-    client.set_states(before)  # the replacement runs
+    client.set_states({**before, spot: DeploymentState(replicas=frozenset({"spot-0", "spot-2"}))})  # replaced
     assert client.running(model.name, pool)["spot"] == 2
 
 
-async def test_a_lost_replica_comes_back_after_the_hold_or_at_once_if_only_unreachable(small_config):
+async def test_losses_expire_on_the_clock_without_a_poll(small_config):
     config, model, spot, on_demand = two_sided(small_config)
     pool = model.pools[0].name
     now = [0.0]
-    handles = {spot: FailingHandle(died("a1")), on_demand: FailingHandle(ActorUnavailableError("blip", None))}
+    handles = {spot: FailingHandle(died("spot-0")), on_demand: FailingHandle(ActorUnavailableError("blip", None))}
     client = ServePoolClient(Topology(config), handles, clock=lambda: now[0])
-    states = {spot: DeploymentState(running=1), on_demand: DeploymentState(running=1)}
-    client.set_states(states)
-    with pytest.raises(ReplicaUnavailable):
+    client.set_states({spot: replicas_up(1, "spot"), on_demand: replicas_up(1, "od")})
+    unreachable = ActorUnavailableError("blip", bytes.fromhex("ab" * 16))
+    handles[on_demand].exc = unreachable
+    with pytest.raises(ReplicaUnavailable) as blip:
         await attempt(client, model, "realtime")  # equal headroom, realtime: on-demand
+    assert blip.value.replica is None  # only unreachable: not avoided for good
+    client.set_states({spot: replicas_up(1, "spot"), on_demand: DeploymentState(replicas=frozenset({
+        unreachable.actor_id}))})
     assert client.running(model.name, pool)["on-demand"] == 0
-    client.set_states(states)  # only unreachable for the moment: the next poll brings it back
-    assert client.running(model.name, pool)["on-demand"] == 1
     with pytest.raises(ReplicaUnavailable):
         await attempt(client, model)  # batch: Spot, which dies
-    client.set_states(states)
-    assert client.running(model.name, pool)["spot"] == 0
+    assert client.running(model.name, pool) == {"on-demand": 0, "spot": 0}
+    # The controller cannot be asked (a GCS outage: no poll at all); the marks still expire.
+    now[0] = UNREACHABLE_HOLD_S
+    assert client.running(model.name, pool) == {"on-demand": 1, "spot": 0}
     now[0] = LOST_REPLICA_HOLD_S
-    client.set_states(states)  # the controller never said otherwise: its count again
-    assert client.running(model.name, pool)["spot"] == 1
+    assert client.running(model.name, pool) == {"on-demand": 1, "spot": 1}
 
 
 async def test_a_replica_counts_once_however_many_streams_found_it_unreachable_or_dead(small_config):
@@ -129,7 +165,8 @@ async def test_a_replica_counts_once_however_many_streams_found_it_unreachable_o
     unreachable = ActorUnavailableError("blip", bytes.fromhex("ab" * 16))
     handles = {spot: FailingHandle(unreachable), on_demand: FailingHandle(ValueError("served"))}
     client = ServePoolClient(Topology(config), handles)
-    client.set_states({spot: DeploymentState(running=2), on_demand: DeploymentState(running=2)})
+    client.set_states({spot: DeploymentState(replicas=frozenset({unreachable.actor_id, "spot-1"})),
+                       on_demand: replicas_up(2, "od")})
     for _ in range(2):  # two streams find the same replica unreachable
         with pytest.raises(ReplicaUnavailable):
             await attempt(client, model)
@@ -143,11 +180,11 @@ async def test_a_replica_counts_once_however_many_streams_found_it_unreachable_o
 @pytest.mark.parametrize(
     "state, scaling, down",
     [
-        (DeploymentState(running=1), None, None),
-        (DeploymentState(running=0, starting=1), None, None),  # a replacement is on its way
-        (DeploymentState(running=0), None, "has no replica running or starting"),  # fixed size, all lost
-        (DeploymentState(running=0), {"min_replicas": 0, "max_replicas": 2}, None),  # starts on demand
-        (DeploymentState(running=0, starting=1, status="DEPLOY_FAILED", message="engine refused: bad dtype"),
+        (replicas_up(1), None, None),
+        (DeploymentState(starting=1), None, None),  # a replacement is on its way
+        (DeploymentState(), None, "has no replica running or starting"),  # fixed size, all lost
+        (DeploymentState(), {"min_replicas": 0, "max_replicas": 2}, None),  # starts on demand
+        (DeploymentState(starting=1, status="DEPLOY_FAILED", message="engine refused: bad dtype"),
          {"min_replicas": 0, "max_replicas": 2}, "DEPLOY_FAILED: engine refused: bad dtype"),
     ],
 )

@@ -37,3 +37,16 @@ def test_request_routers_keep_a_queue_length_cache_by_replica():
     init = inspect.getsource(request_router.RequestRouter.__init__)
     assert "self._replica_queue_len_cache = ReplicaQueueLengthCache(" in init
     assert parameters(ReplicaQueueLengthCache.get) == ["replica_id"]
+
+
+def test_serve_instance_details_come_from_the_private_client_s_controller():
+    from ray.serve import context
+    from ray.serve._private.client import ServeControllerClient
+    from ray.serve._private.controller import ServeController
+    from ray.serve.schema import ReplicaDetails
+
+    assert callable(context._get_global_client)
+    assert "self._controller" in inspect.getsource(ServeControllerClient.__init__)
+    assert "get_serve_instance_details" in inspect.getsource(ServeControllerClient.get_serve_details)
+    assert parameters(ServeController.get_serve_instance_details) == ["source"]
+    assert {"actor_id", "state"} <= set(ReplicaDetails.model_fields)

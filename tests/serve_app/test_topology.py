@@ -58,3 +58,13 @@ def test_replicas_get_serve_headroom_over_their_slots_and_run_at_normal_priority
 def test_the_ingress_queue_in_serves_proxy_is_bounded_by_default():
     config = AppConfig.model_validate({"models": [{"name": "m", "engine": {"model": "x"}}]})
     assert Topology(config).ingress_options()["max_queued_requests"] == 1000
+
+
+def test_slots_never_exceed_what_the_engine_runs_at_once():
+    config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
+    model = config.models[0]  # its long pool: 256 ongoing requests over an engine of 128 sequences
+    long = model.pool("long")
+    assert model.pool_deployment(long).max_ongoing_requests > model.pool_engine(long).max_num_seqs
+    for deployment in Topology(config).pool(model.name, "long").values():
+        assert deployment.slots_per_replica == model.pool_engine(long).max_num_seqs == 128
+        assert deployment.options["max_ongoing_requests"] == 160  # Serve's limit: the slots plus headroom

@@ -5,7 +5,13 @@ import asyncio
 import pytest
 
 from serve_app.config import ApiKeyConfig, AppConfig
-from serve_app.engine.base import EngineError, EngineRequestError, GenerationRequest, SamplingOptions
+from serve_app.engine.base import (
+    REPLICA_ENGINE_LOST,
+    EngineError,
+    EngineRequestError,
+    GenerationRequest,
+    SamplingOptions,
+)
 from serve_app.quantile import quantile
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE, LengthBucketBatcher
 from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavailable, Unavailable
@@ -176,6 +182,48 @@ async def test_a_draining_replica_refusal_is_retried_elsewhere():
     pools.stream = stream
     batcher, _ = batcher_for(pools)
     assert await text_of(batcher, request(2)) == " w0 w1"
+
+
+async def test_a_dead_engine_mid_stream_resumes_elsewhere_and_later_attempts_avoid_its_replica():
+    pools = Pools()
+    real = pools.stream
+    dies = [True]
+
+    async def stream(model, pool, req, priority):
+        sent = 0
+        async for item in real(model, pool, req, priority):
+            if dies and sent == 2:
+                dies.pop()
+                yield EngineError("engine died", status=503, code=REPLICA_ENGINE_LOST, replica="actor-1")
+                return
+            sent += 1
+            yield item
+
+    pools.stream = stream
+    batcher, observer = batcher_for(pools)
+    assert await text_of(batcher, request(4)) == " w0 w1 w2 w3"  # nothing lost, nothing repeated, no 500
+    assert [req.avoid_replicas for _, req in pools.calls] == [(), ("actor-1",)]
+    assert observer.records[-1].resumed == 1
+
+
+async def test_the_first_token_has_its_own_limit_and_the_idle_limit_starts_after_it():
+    pools = Pools()
+    real = pools.stream
+    first_waits = [0.3, 0.3]
+
+    async def stream(model, pool, req, priority):
+        await asyncio.sleep(first_waits.pop(0))  # queued inside the engine, then prefill
+        async for item in real(model, pool, req, priority):
+            yield item
+
+    pools.stream = stream
+    batcher, observer = batcher_for(pools, first_token_timeout_s=1.0, stream_idle_timeout_s=0.1)
+    assert await text_of(batcher, request(3)) == " w0 w1 w2"  # a wait past the idle limit, but a first token
+    assert observer.records[-1].resent == 0
+    batcher, observer = batcher_for(pools, first_token_timeout_s=0.1, stream_idle_timeout_s=1.0)
+    first_waits[:] = [0.3, 0.0]
+    assert await text_of(batcher, request(3)) == " w0 w1 w2"
+    assert observer.records[-1].resent == 1  # past the first-token limit: a hung replica, sent elsewhere
 
 
 async def test_engine_refusals_pass_through_and_are_not_learned():

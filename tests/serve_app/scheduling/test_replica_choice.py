@@ -16,3 +16,10 @@ def test_small_pools():
     policy = LeastLoadedPolicy()
     assert policy.rank([ReplicaLoad("only", 10, 0)]) == [["only"]]
     assert policy.rank([]) == []
+
+
+def test_a_replica_that_serves_nothing_more_is_never_offered():
+    policy = LeastLoadedPolicy()
+    loads = [ReplicaLoad("draining", 0.0, 0, serving=False), ReplicaLoad("busy", 900.0, 3)]
+    assert policy.rank(loads) == [["busy"]]  # idle, yet draining: never first, never at all
+    assert policy.rank([ReplicaLoad("draining", 0.0, 0, serving=False)]) == []  # wait for a replacement
