@@ -159,7 +159,6 @@ async def start_ingress(config, engines: dict[str, LLMEngine]):
     """The real `OpenAIIngress` over in-process `LLMServer`s, one per pool
     deployment (`engines` by deployment name), each counted as one replica."""
     from deployments.ingress import OpenAIIngress
-    from deployments.pool_client import DeploymentState
     from serve_app.topology import deployment_name
 
     handles = {}
