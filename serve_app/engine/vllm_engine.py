@@ -21,7 +21,7 @@ from serve_app.engine.base import (
     LLMEngine,
     attempt_budget,
 )
-from serve_app.engine.cpu_cores import keep_off, node_processes, worker_cores
+from serve_app.engine.cpu_cores import keep_off, session_processes, worker_cores
 from serve_app.engine.cpu_dtype import ResolvedDtype, cpu_flags, resolve_cpu_dtype
 from serve_app.engine.reaper import start_reaper
 from serve_app.engine.stop_strings import StopStrings, unsent_text
@@ -66,8 +66,8 @@ class VLLMEngine(LLMEngine):
 
     def _isolate_workers(self, engine_processes: list[psutil.Process]) -> None:
         cores = worker_cores(engine_processes)
-        moved = keep_off(cores, node_processes(psutil.Process()))
-        logger.info("engine %s workers on cores %s; %d threads of the node moved off them",
+        moved = keep_off(cores, session_processes(psutil.Process()))
+        logger.info("engine %s workers on cores %s; %d threads of the Ray session moved off them",
                     self._config.model, sorted(cores), moved)
 
     def _prepare(self, request: GenerationRequest) -> tuple[list[int], str]:

@@ -1,4 +1,5 @@
-"""Moving a node's processes off the engine workers' cores, on real processes."""
+"""Moving a Ray session's processes off the engine workers' cores, on real processes, and
+which processes are the session's, on a process tree of fakes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from serve_app.engine.cpu_cores import keep_off, node_processes, worker_cores
+from serve_app.engine.cpu_cores import keep_off, session_processes, worker_cores
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move between")
 
@@ -73,11 +74,61 @@ def test_a_process_with_nowhere_else_to_go_stays(children):
     assert all(allowed == {CORES[0]} for allowed in thread_cores(pinned.pid))
 
 
-def test_the_node_is_what_the_raylets_parent_started(children):
+def test_the_session_is_what_the_raylet_started_not_its_parent(children):
     launcher = spawn("", CORES, below=("raylet", "replica"))
     children.append(launcher)
     raylet = psutil.Process(launcher.pid).children()[0]
     replica = raylet.children()[0]
-    node = {process.pid for process in node_processes(replica)}
-    assert node == {launcher.pid, raylet.pid, replica.pid}
-    assert node_processes(raylet) == []  # no raylet above it
+    session = {process.pid for process in session_processes(replica)}
+    assert session == {raylet.pid, replica.pid}
+    assert session_processes(raylet) == []  # no raylet above it
+
+
+SESSION = "/tmp/ray/session_2026-05-09_07-35-25_123456_42"
+
+
+class FakeProcess:
+    """The part of psutil.Process that finding a session reads."""
+
+    def __init__(self, pid: int, cmdline: str, parent: FakeProcess | None = None):
+        self.pid, self._cmdline, self._parent, self._children = pid, cmdline.split(), parent, []
+        if parent is not None:
+            parent._children.append(self)
+
+    def name(self) -> str:
+        return os.path.basename(self._cmdline[0])
+
+    def cmdline(self) -> list[str]:
+        return self._cmdline
+
+    def parent(self) -> FakeProcess | None:
+        return self._parent
+
+    def parents(self) -> list[FakeProcess]:
+        return [] if self._parent is None else [self._parent, *self._parent.parents()]
+
+    def children(self, recursive: bool = False) -> list[FakeProcess]:
+        return [grandchild for child in self._children
+                for grandchild in [child, *(child.children(recursive=True) if recursive else [])]]
+
+
+def test_under_a_daemonised_ray_start_only_the_session_is_moved():
+    init = FakeProcess(1, "/sbin/init")  # a daemonised `ray start` leaves its processes to PID 1
+    shell = FakeProcess(101, "bash", FakeProcess(100, "sshd", init))
+    FakeProcess(102, f"tail -f {SESSION}/logs/raylet.out", shell)  # names the session, not started with it
+    gcs = FakeProcess(200, f"/ray/gcs_server --session-dir={SESSION} --session-name={os.path.basename(SESSION)}", init)
+    raylet = FakeProcess(300, f"/ray/raylet --temp_dir=/tmp/ray --session_dir={SESSION}", init)
+    replica = FakeProcess(301, "ray::ServeReplica:llm:LLMServer", raylet)
+    engine_core = FakeProcess(302, "VLLM::EngineCore", replica)
+    worker = FakeProcess(303, "VLLM::Worker_TP0", engine_core)
+    reaper = FakeProcess(304, "python -m serve_app.engine.reaper 301:1", replica)
+    agent = FakeProcess(305, f"python dashboard/agent.py --session-dir={SESSION}", raylet)
+    dashboard = FakeProcess(400, f"python dashboard/dashboard.py --temp-dir=/tmp/ray --session-dir={SESSION}", init)
+    dashboard_module = FakeProcess(401, "ray-dashboard-StateHead", dashboard)
+    monitor = FakeProcess(500, f"python autoscaler/_private/monitor.py --logs-dir={SESSION}/logs", init)
+    FakeProcess(600, f"/ray/gcs_server --session-dir={SESSION}0", init)  # another session, its name longer
+    FakeProcess(701, "ray::IDLE", FakeProcess(700, f"/ray/raylet --session_dir={SESSION}0", init))
+    FakeProcess(800, "/usr/sbin/cron", init)
+    session = session_processes(replica)
+    assert sorted(process.pid for process in session) == sorted(process.pid for process in (
+        raylet, replica, engine_core, worker, reaper, agent, gcs, dashboard, dashboard_module, monitor))
