@@ -1,8 +1,9 @@
 """The Ray side of preemption: a replica's guard that drains its node on a Spot notice.
 
 The LLM replica starts a `PreemptionGuard` in its `__init__`. On a Spot node it
-watches IMDS and Ray's own view of the node (Ray drains a node on SIGTERM, see
-`RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`, and an autoscaler may drain it too).
+watches Ray's own view of the node (Ray drains a node on SIGTERM, see
+`RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`, and an autoscaler may drain it too)
+and, unless `PreemptionConfig.imds` is off, IMDS.
 On the first notice it flags the replica as draining (the replica refuses new
 requests with a retryable error), drains the node through the GCS so Serve
 starts replacements elsewhere before it stops the replicas there, and counts
@@ -22,7 +23,7 @@ from ray.util.metrics import Counter
 
 from deployments.ray_private import drain_node_for_preemption, draining_nodes
 from serve_app.capacity import MARKET_TYPE_LABEL, SPOT
-from serve_app.capacity.preemption import ImdsSource, PreemptionNotice, PreemptionWatcher
+from serve_app.capacity.preemption import PreemptionNotice, PreemptionWatcher, imds_sources
 from serve_app.config import PreemptionConfig
 from serve_app.logs import logger_for
 
@@ -122,10 +123,7 @@ class PreemptionGuard:
         disabled, or a node that is not Spot unless `watch_all_nodes`."""
         if not self._config.enabled or not (self.capacity_type == SPOT or self._config.watch_all_nodes):
             return False
-        sources = [
-            ImdsSource(self._config.imds_url, self._config.imds_timeout_s),
-            DrainSource(self._node, self._config.notice_window_s),
-        ]
+        sources = [*imds_sources(self._config), DrainSource(self._node, self._config.notice_window_s)]
         self._watcher = PreemptionWatcher(self._config, self._on_notice, sources)
         self._watcher.start()
         return True

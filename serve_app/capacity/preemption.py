@@ -1,9 +1,9 @@
 """Spot interruption notices: the AWS IMDS `spot/instance-action` poller.
 
-A `PreemptionWatcher` polls one or more `NoticeSource`s (the IMDS one here; the
-Ray-side guard adds "this node is draining", which is how a SIGTERM reaches a
-replica: Ray drains the node on it) and calls `on_notice` once with the first
-`PreemptionNotice`. Nothing here needs a Ray cluster.
+A `PreemptionWatcher` polls one or more `NoticeSource`s (the IMDS one here,
+unless `PreemptionConfig.imds` is off; the Ray-side guard adds "this node is
+draining", which is how a SIGTERM reaches a replica: Ray drains the node on it)
+and calls `on_notice` once with the first `PreemptionNotice`. Nothing here needs a Ray cluster.
 """
 
 from __future__ import annotations
@@ -103,6 +103,11 @@ class ImdsSource:
         return self._token
 
 
+def imds_sources(config: PreemptionConfig) -> list[NoticeSource]:
+    """The IMDS source, or none where `config.imds` is off."""
+    return [ImdsSource(config.imds_url, config.imds_timeout_s)] if config.imds else []
+
+
 class PreemptionWatcher:
     """Polls its sources every `poll_interval_s`; calls `on_notice` once.
 
@@ -118,7 +123,7 @@ class PreemptionWatcher:
     ) -> None:
         self._interval_s = config.poll_interval_s
         self._on_notice = on_notice
-        self._sources = sources if sources is not None else [ImdsSource(config.imds_url, config.imds_timeout_s)]
+        self._sources = sources if sources is not None else imds_sources(config)
         self._failing: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self.notice: PreemptionNotice | None = None

@@ -15,6 +15,11 @@ class PreemptionConfig(StrictModel):
     watch_all_nodes: bool = False
     """Watch on every node, not only on nodes labelled `ray.io/market-type: spot`
     (tests, or clouds whose nodes carry no market-type label)."""
+    imds: bool = True
+    """Poll the instance metadata service's `spot/instance-action`. Off where
+    pods cannot reach IMDS (EKS with hop limit 1, `configs/prod.yaml`): the
+    notice then arrives only as a drain of the Ray node (Karpenter drains the
+    node, the pod gets SIGTERM, Ray drains its node), which is always watched."""
     imds_url: str = "http://169.254.169.254"
     """Base URL of the instance metadata service; tests point it at a loopback fake."""
     imds_timeout_s: float = Field(default=1.0, gt=0)

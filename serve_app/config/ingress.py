@@ -75,14 +75,19 @@ class PriorityConfig(StrictModel):
 
 class ApiKeyConfig(StrictModel):
     """One client's API key and limits. The key itself never sits in the config:
-    give its SHA-256 or the environment variable that holds it."""
+    give its SHA-256, or the environment variable or file that holds it."""
 
     name: str
     """Client name, used in metrics and logs."""
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     """Hex SHA-256 of the key."""
     env: str | None = None
-    """Environment variable (on the ingress replicas) holding the key."""
+    """Environment variable (on the ingress replicas) holding the key. Every
+    process Ray starts on those pods inherits it, engines included."""
+    file: str | None = Field(default=None, pattern=r"^/")
+    """Absolute path of a file (on the ingress replicas) holding the key, read
+    once at start, surrounding whitespace dropped: a mounted Secret, so the key
+    is in no process's environment."""
     requests_per_s: float | None = Field(default=None, gt=0)
     """Sustained request rate allowed (bursts up to one second's worth); None: unlimited."""
     tokens_per_min: int | None = Field(default=None, gt=0)
@@ -90,8 +95,8 @@ class ApiKeyConfig(StrictModel):
 
     @model_validator(mode="after")
     def _one_key_source(self) -> ApiKeyConfig:
-        if (self.sha256 is None) == (self.env is None):
-            raise ValueError(f"api key {self.name!r}: set exactly one of sha256 or env")
+        if [self.sha256, self.env, self.file].count(None) != 2:
+            raise ValueError(f"api key {self.name!r}: set exactly one of sha256, env or file")
         return self
 
 

@@ -1,8 +1,8 @@
 """API-key authentication at the ingress.
 
 Keys are compared by SHA-256 digest in constant time; the config holds digests
-or the names of environment variables, never keys. A missing or wrong key is a
-401 before the body is read.
+or the names of environment variables or files, never keys. A missing or wrong
+key is a 401 before the body is read.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from serve_app.config import ApiKeyConfig
 from serve_app.openai.errors import APIError
@@ -18,6 +19,16 @@ from serve_app.openai.errors import APIError
 
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _read_key_file(name: str, path: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"api key {name!r}: cannot read {path}: {exc.strerror}") from None
+    if not text:
+        raise ValueError(f"api key {name!r}: {path} is empty")
+    return text
 
 
 class Authenticator:
@@ -28,6 +39,8 @@ class Authenticator:
         for key in keys:
             if key.sha256 is not None:
                 self._digests.append((key.sha256, key.name))
+            elif key.file is not None:
+                self._digests.append((key_digest(_read_key_file(key.name, key.file)), key.name))
             elif environ.get(key.env or ""):
                 self._digests.append((key_digest(environ[key.env]), key.name))
             else:

@@ -100,6 +100,18 @@ async def test_a_drain_started_elsewhere_is_a_notice_without_a_second_drain(imds
     assert node.drains == [] and counter.value == 1
 
 
+async def test_with_imds_off_the_guard_takes_the_drain_and_never_asks_imds(imds):
+    node, counter = FakeNode(SPOT), FakeCounter()
+    guard = PreemptionGuard(fast_config(imds.url, imds=False), node=node, counter=counter)
+    imds.announce(in_s=120)  # a notice IMDS would report, were it asked
+    assert guard.start()
+    node.deadline_ms = int((time.time() + 100) * 1000)  # Ray draining the node on the pod's SIGTERM
+    await eventually(lambda: guard.draining)
+    guard.stop()
+    assert guard.notice.source == "drain" and guard.notice.deadline == node.deadline_ms / 1000
+    assert imds.tokens == [] and imds.gets == [] and node.drains == [] and counter.value == 1
+
+
 # --- on a real cluster -------------------------------------------------------------
 
 

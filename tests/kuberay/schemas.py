@@ -171,6 +171,12 @@ def kuberay_rules(rayservice: dict[str, Any]) -> list[str]:
         problems.append("head: both autoscalerOptions.version and RAY_enable_autoscaler_v2")
     if head.get("headService", {}).get("metadata", {}).get("name"):
         problems.append("headService.metadata.name must not be set")
+    auth = cluster.get("authOptions", {})
+    ray_version = tuple(int(part) for part in re.findall(r"\d+", cluster.get("rayVersion", ""))[:3])
+    if auth.get("mode") == "token" and ray_version < (2, 52, 0):
+        problems.append("authOptions.mode token needs rayVersion 2.52.0 or later")
+    if auth.get("enableK8sTokenAuth"):
+        problems.append("authOptions.enableK8sTokenAuth is not supported for a RayService")
     return problems
 
 

@@ -94,6 +94,12 @@ def test_kuberay_rules_catch_labels_in_ray_start_params():
     assert any("labels" in problem for problem in kuberay_rules(service))
 
 
+def test_kuberay_rules_catch_token_auth_on_a_ray_without_it():
+    service = copy.deepcopy(the_rayservice())
+    service["spec"]["rayClusterConfig"]["rayVersion"] = "2.51.1"
+    assert any("rayVersion 2.52.0" in problem for problem in kuberay_rules(service))
+
+
 def core_objects() -> list[dict]:
     core = {"Namespace", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy"}
     objects = [doc for doc in documents() if doc["kind"] in core]

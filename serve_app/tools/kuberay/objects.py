@@ -4,6 +4,8 @@ the in-cluster GCS Redis, PodDisruptionBudgets and NetworkPolicies."""
 
 from __future__ import annotations
 
+import posixpath
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,14 @@ RAY_POD_LABELS = {"ray.io/is-ray-node": "yes"}
 """Label KubeRay puts on every pod of a RayCluster (and its GCS cleanup Job)."""
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 """KubeRay pod label: `head` or `worker`."""
+RAY_AUTH_TOKEN_KEY = "auth_token"
+"""Key of Ray's cluster token in its Secret: the one KubeRay reads for its own
+calls to the dashboard (`authOptions.secretName`)."""
+IMDS_HOP_LIMIT = 1
+"""IMDSv2 answers do not leave the node: no pod reaches instance metadata, so
+none can take the node's IAM role. Spot notices reach pods as Karpenter's drain."""
+API_KEY_VOLUME = "api-keys"
+"""Name prefix of the volumes that mount the API-key Secret (one per folder)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,10 @@ class ServeSide:
     api_key_envs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """By group: the variables of `ingress.api_keys[].env` its pods get from the
     `api_keys` Secret (the groups an ingress replica can land on)."""
+    api_key_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """By group: the paths of `ingress.api_keys[].file` mounted in its pods from
+    the `api_keys` Secret, each file the Secret key of its name (the groups an
+    ingress replica can land on)."""
 
 
 def labels(spec: ClusterSpec, component: str | None = None) -> dict[str, str]:
@@ -67,12 +81,28 @@ def pool_taints(spec: ClusterSpec, pool: NodePool) -> list[dict[str, str]]:
             if applies]
 
 
+def _key_file_volumes(secret: str, paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and mounts that put each Secret key at its path: one volume per folder."""
+    folders: dict[str, list[str]] = defaultdict(list)
+    for path in paths:
+        folder, name = posixpath.split(path)
+        folders[folder].append(name)
+    volumes, mounts = [], []
+    for index, (folder, names) in enumerate(sorted(folders.items())):
+        name = f"{API_KEY_VOLUME}-{index}"
+        items = [{"key": key, "path": key} for key in sorted(names)]
+        volumes.append({"name": name, "secret": {"secretName": secret, "items": items}})
+        mounts.append({"name": name, "mountPath": folder, "readOnly": True})
+    return volumes, mounts
+
+
 def _pod_template(spec: ClusterSpec, shape: PodShape, component: str, env: list[dict[str, Any]],
-                  ports: dict[str, int], worker: bool) -> dict[str, Any]:
+                  ports: dict[str, int], worker: bool, key_files: tuple[str, ...]) -> dict[str, Any]:
     pool = spec.pool(shape.node_pool)
     quantities = {"cpu": str(shape.cpu), "memory": f"{shape.memory_gib}Gi"}
     if shape.gpus:
         quantities["nvidia.com/gpu"] = str(shape.gpus)
+    key_volumes, key_mounts = _key_file_volumes(spec.secrets.api_keys, key_files)
     container = {
         "name": "ray-worker" if worker else "ray-head",
         "image": spec.images.gpu if shape.gpus else spec.images.cpu,
@@ -80,11 +110,11 @@ def _pod_template(spec: ClusterSpec, shape: PodShape, component: str, env: list[
         "resources": {"requests": quantities, "limits": dict(quantities)},
         "env": sorted(env, key=lambda var: var["name"]),
         "ports": [{"name": name, "containerPort": port} for name, port in sorted(ports.items())],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *key_mounts],
     }
     pod: dict[str, Any] = {
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *key_volumes],
         "nodeSelector": {"karpenter.sh/nodepool": pool.name, "karpenter.sh/capacity-type": pool.capacity_type},
     }
     if taints := pool_taints(spec, pool):
@@ -105,8 +135,16 @@ def _pod_template(spec: ClusterSpec, shape: PodShape, component: str, env: list[
 
 
 def _ray_env(spec: ClusterSpec, serve: ServeSide, group: str) -> list[dict[str, Any]]:
+    """Every Ray container: Ray's token authentication (what KubeRay's `authOptions`
+    would add, named here so the manifest says it), the Hugging Face token, and
+    the API-key variables of the ingress where it can land."""
     keys = [secret_env(name, spec.secrets.api_keys, name, optional=False) for name in serve.api_key_envs.get(group, ())]
-    return [secret_env("HF_TOKEN", spec.secrets.hf_token, "token", optional=True), *keys]
+    return [
+        {"name": "RAY_AUTH_MODE", "value": "token"},
+        secret_env("RAY_AUTH_TOKEN", spec.secrets.ray_auth_token, RAY_AUTH_TOKEN_KEY, optional=False),
+        secret_env("HF_TOKEN", spec.secrets.hf_token, "token", optional=True),
+        *keys,
+    ]
 
 
 def rayservice(spec: ClusterSpec, serve: ServeSide | None = None,
@@ -125,12 +163,16 @@ def rayservice(spec: ClusterSpec, serve: ServeSide | None = None,
             "maxReplicas": high,
             "labels": {MARKET_TYPE_LABEL: spec.pool(group.node_pool).capacity_type},
             "rayStartParams": {"metrics-export-port": str(METRICS_PORT)},
-            "template": _pod_template(spec, group, group.name, env, {"metrics": METRICS_PORT}, True),
+            "template": _pod_template(spec, group, group.name, env, {"metrics": METRICS_PORT}, True,
+                                      serve.api_key_files.get(group.name, ())),
         })
     head_ports = {"gcs-server": GCS_PORT, "dashboard": DASHBOARD_PORT, "client": CLIENT_PORT, "serve": serve.port,
                   "metrics": METRICS_PORT}
     cluster = {
         "rayVersion": ray_version,
+        # KubeRay reads the token from this Secret for its dashboard calls and adds
+        # it to the containers it makes (autoscaler, init); no Secret of its own.
+        "authOptions": {"mode": "token", "secretName": spec.secrets.ray_auth_token},
         "enableInTreeAutoscaling": True,
         "autoscalerOptions": {
             "version": "v2",
@@ -150,7 +192,7 @@ def rayservice(spec: ClusterSpec, serve: ServeSide | None = None,
                                "metrics-export-port": str(METRICS_PORT)},
             "labels": {MARKET_TYPE_LABEL: spec.pool(spec.head.node_pool).capacity_type},
             "template": _pod_template(spec, spec.head, HEAD_GROUP, _ray_env(spec, serve, HEAD_GROUP), head_ports,
-                                      False),
+                                      False, serve.api_key_files.get(HEAD_GROUP, ())),
         },
         "workerGroupSpecs": workers,
     }
@@ -196,7 +238,7 @@ def karpenter(spec: ClusterSpec, sizes: Mapping[str, tuple[int, int]]) -> list[d
                 "volumeSize": f"{node_class.root_volume_gib}Gi", "volumeType": "gp3",
                 "encrypted": True, "deleteOnTermination": True}}],
             "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
-                                "httpPutResponseHopLimit": node_class.imds_hop_limit, "httpTokens": "required"},
+                                "httpPutResponseHopLimit": IMDS_HOP_LIMIT, "httpTokens": "required"},
             "tags": node_labels(spec),
         }
         if node_class.instance_store_raid0:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from ray.serve.config import HTTPOptions
@@ -60,18 +60,33 @@ def dump(objects: list[dict[str, Any]]) -> str:
     return "---\n".join(yaml.dump(obj, Dumper=_Dumper, sort_keys=True, width=120) for obj in objects)
 
 
-def api_key_envs(apps: dict[str, AppConfig], placements: list[ReplicaPlacement],
-                 nodes: list[NodeType]) -> dict[str, tuple[str, ...]]:
-    """By group: the API-key variables of every app whose ingress may land there."""
-    envs: dict[str, set[str]] = defaultdict(set)
+def api_key_sources(apps: dict[str, AppConfig], placements: list[ReplicaPlacement], nodes: list[NodeType],
+                    source: Literal["env", "file"]) -> dict[str, tuple[str, ...]]:
+    """By group: the API-key variables (`env`) or files (`file`) of every app
+    whose ingress may land there."""
+    found: dict[str, set[str]] = defaultdict(set)
     for name, app in apps.items():
-        names = {key.env for key in app.ingress.api_keys if key.env}
-        if not names:
+        values = {value for key in app.ingress.api_keys if (value := getattr(key, source))}
+        if not values:
             continue
         ingress = next(p for p in placements if p.app == name and p.deployment == INGRESS_DEPLOYMENT)
         for group in hosting_groups(ingress, nodes):
-            envs[group] |= names
-    return {group: tuple(sorted(names)) for group, names in sorted(envs.items())}
+            found[group] |= values
+    return {group: tuple(sorted(values)) for group, values in sorted(found.items())}
+
+
+def inherited_key_problems(api_key_envs: dict[str, tuple[str, ...]], placements: list[ReplicaPlacement],
+                           nodes: list[NodeType]) -> list[str]:
+    """Groups whose API-key variables an engine replica there would inherit:
+    a variable is in the pod's environment, so in every process Ray starts on it."""
+    engines: dict[str, set[str]] = defaultdict(set)
+    for placement in placements:
+        if placement.deployment != INGRESS_DEPLOYMENT:
+            for group in hosting_groups(placement, nodes):
+                engines[group].add(placement.deployment)
+    return [f"{group}: {', '.join(sorted(engines[group]))} would inherit the API-key variables {', '.join(names)};"
+            " read the keys from `file:` or pin the ingress elsewhere"
+            for group, names in api_key_envs.items() if engines[group]]
 
 
 def render(spec_path: Path) -> dict[Path, str]:
@@ -82,14 +97,17 @@ def render(spec_path: Path) -> dict[Path, str]:
     apps = app_configs(serve_config)
     placements = [p for name, app in apps.items() for p in replica_placements(app, name)]
     nodes = node_types(rayservice(spec))
-    problems = unplaceable(placements, nodes) + spot_drain_problems(placements, nodes, spec.spot.drain_timeout_s)
+    key_envs = api_key_sources(apps, placements, nodes, "env")
+    problems = (unplaceable(placements, nodes) + spot_drain_problems(placements, nodes, spec.spot.drain_timeout_s)
+                + inherited_key_problems(key_envs, placements, nodes))
     if problems:
         raise ValueError("the worker groups cannot host the Serve config:\n  " + "\n  ".join(problems))
     sizes = group_sizes(placements, nodes)
     serve = ServeSide(
         config_text=yaml.dump(serve_config, Dumper=_Dumper, sort_keys=True, width=120),
         port=HTTPOptions.model_validate(serve_config.get("http_options") or {}).port,
-        api_key_envs=api_key_envs(apps, placements, nodes),
+        api_key_envs=key_envs,
+        api_key_files=api_key_sources(apps, placements, nodes, "file"),
     )
     files = {  # applied in name order: policies are in place before any pod starts
         "00-namespace.yaml": [namespace(spec)],

@@ -40,9 +40,6 @@ class NodeClass(StrictModel):
     instances. Pin a version (`al2023@v2026...`) in production."""
     root_volume_gib: int = Field(gt=0)
     """Root EBS volume (gp3): images, and model weights without instance storage."""
-    imds_hop_limit: int = Field(default=1, ge=1, le=2)
-    """2 lets pods read instance metadata (the app's Spot watcher polls
-    `spot/instance-action`); 1 keeps it to the node."""
     instance_store_raid0: bool = False
     """Put kubelet and container storage on the instance's NVMe disks."""
 
@@ -125,7 +122,12 @@ class Secrets(StrictModel):
     hf_token: str = "serve-app-hf-token"
     """Key `token`: Hugging Face token for gated models (optional Secret)."""
     api_keys: str = "serve-app-api-keys"
-    """One key per `ingress.api_keys[].env` of the Serve config, holding the API key."""
+    """One key per `ingress.api_keys[].env` of the Serve config (the variable's
+    name) or `file` (the file's name), holding the API key; only pods that can
+    run the ingress get it."""
+    ray_auth_token: str = "serve-app-ray-auth"
+    """Key `auth_token`: Ray's cluster token (`RAY_AUTH_MODE=token`), which every
+    Ray process, the KubeRay operator and `ray` clients present."""
 
 
 class RedisSpec(StrictModel):

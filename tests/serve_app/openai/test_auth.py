@@ -28,3 +28,24 @@ def test_no_keys_means_no_authentication_and_a_missing_env_key_fails_at_start():
 def test_a_key_needs_exactly_one_source():
     with pytest.raises(ValueError, match="exactly one"):
         ApiKeyConfig(name="x")
+
+
+def test_a_key_from_a_file_ignores_surrounding_whitespace_and_a_missing_or_empty_file_fails_at_start(tmp_path):
+    path = tmp_path / "GAMMA_KEY"
+    path.write_text("sk-gamma\n")
+    auth = Authenticator([ApiKeyConfig(name="gamma", file=str(path))], environ={})
+    assert auth.client("Bearer sk-gamma") == "gamma"
+    with pytest.raises(APIError):
+        auth.client("Bearer sk-gamm")
+    path.write_text(" \n")
+    with pytest.raises(ValueError, match="is empty"):
+        Authenticator([ApiKeyConfig(name="gamma", file=str(path))])
+    with pytest.raises(ValueError, match="cannot read"):
+        Authenticator([ApiKeyConfig(name="gamma", file=str(tmp_path / "absent"))])
+
+
+def test_a_key_file_path_is_absolute_and_excludes_the_other_sources():
+    with pytest.raises(ValueError, match="pattern"):
+        ApiKeyConfig(name="x", file="relative/key")
+    with pytest.raises(ValueError, match="exactly one"):
+        ApiKeyConfig(name="x", env="X_KEY", file="/etc/x")
