@@ -13,7 +13,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.serve.schema import ServeInstanceDetails
 
 from deployments.ingress_metrics import IngressMetrics
-from deployments.pool_client import STARTING_STATES, DeploymentState, ServePoolClient
+from deployments.pool_client import FAILED_STATUSES, STARTING_STATES, DeploymentState, ServePoolClient
 from deployments.ray_private import serve_instance_details
 from serve_app.autoscaling.contract import PoolQueueStats, autoscaling_stats
 from serve_app.config import AppConfig
@@ -57,6 +57,18 @@ async def serve_deployment_states() -> dict[str, DeploymentState]:
     }
 
 
+NO_REPLICAS = "NO_REPLICAS"
+"""`/ready`'s code for a pool that is down without a failed deployment: nothing running or starting."""
+
+
+def down_code(states: dict[str, DeploymentState], deployments: list[str]) -> str:
+    """Why a pool that is down is: the Serve status of a failed deployment of it
+    (`DEPLOY_FAILED`, `UNHEALTHY`), else `NO_REPLICAS`. A code, never the message."""
+    failed = sorted({states[name].status for name in deployments
+                     if name in states and states[name].status in FAILED_STATUSES})
+    return failed[0] if failed else NO_REPLICAS
+
+
 class OpenAIIngress:
     """A `ModelBackend` over the batcher, plus its HTTP app and autoscaling stats."""
 
@@ -69,9 +81,12 @@ class OpenAIIngress:
         self._config = config
         self._metrics = IngressMetrics()
         self._cost = CostMeter(config.cost, start=time.time()) if config.cost is not None else None
-        self._client = ServePoolClient(Topology(config), pools, self._record_cost)
+        self._topology = Topology(config)
+        self._client = ServePoolClient(self._topology, pools, self._record_cost)
         self._batcher = LengthBucketBatcher(config, self._client, self._metrics)
         self._read_states = read_states
+        self._down: dict[tuple[str, str], tuple[str, str]] = {}
+        """Pools that are down -> (short code for `/ready`, the detail, which only the log gets)."""
         self._poller = asyncio.get_running_loop().create_task(self._poll_capacity())
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -83,6 +98,9 @@ class OpenAIIngress:
     def stream(self, model: str, request: GenerationRequest, meta: RequestMeta) -> AsyncIterator[GenerationChunk | EngineError]:
         return self._batcher.stream(model, request, meta)
 
+    def admit(self, client: str | None) -> None:
+        self._batcher.admit_request(client)
+
     async def stats(self) -> dict:
         pools = {
             f"{model}/{pool}": {**vars(stats), "replicas": self._client.running(model, pool),
@@ -92,10 +110,12 @@ class OpenAIIngress:
         return {"pools": pools, "predictor_classes": self._batcher.predictor_classes(), "moves": self._batcher.moves()}
 
     def readiness(self) -> dict:
-        """Each model answers if one of its pools, or its fallback's, has a running replica."""
+        """Each model answers if one of its pools, or its fallback's, has a running
+        replica. A pool that is down says why as a short code (`down_code`); the
+        deployments' own messages go only to the log."""
         stats = self._batcher.stats()
         pools = {model.name: {pool.name: {"slots": stats[(model.name, pool.name)].slots,
-                                          "down": self._client.down_reason(model.name, pool.name)}
+                                          "down": self._down_code(model.name, pool.name)}
                               for pool in model.pools}
                  for model in self._config.models}
 
@@ -135,6 +155,23 @@ class OpenAIIngress:
         if self._cost is not None:
             self._cost.record(model, pool, capacity_type, prompt_tokens, output_tokens, requests)
 
+    def _down_code(self, model: str, pool: str) -> str | None:
+        down = self._down.get((model, pool))
+        return down[0] if down is not None else None
+
+    def _note_down(self, model: str, pool: str, states: dict[str, DeploymentState], reason: str | None) -> None:
+        """Keep the pool's down code for `/ready`, and log its detail when it changes."""
+        if reason is None:
+            if self._down.pop((model, pool), None) is not None:
+                logger.info("pool %s/%s is serving again", model, pool)
+            return
+        names = [d.name for d in self._topology.pool(model, pool).values()]
+        code = down_code(states, names)
+        if self._down.get((model, pool)) != (code, reason):
+            messages = "; ".join(states[name].message for name in names if name in states and states[name].message)
+            logger.warning("pool %s/%s is down (%s): %s %s", model, pool, code, reason, messages[:2000])
+        self._down[(model, pool)] = (code, reason)
+
     async def _poll_capacity(self) -> None:
         """Keep each pool's slots at this ingress replica's share of its running
         replicas' slots, and say which pools are down."""
@@ -154,7 +191,9 @@ class OpenAIIngress:
                     self._metrics.cost(self._cost.report(time.time()))
                 for (model, pool), stats in self._batcher.stats().items():
                     slots = math.ceil(self._client.slots(model, pool) / ingresses)
-                    self._batcher.set_slots(model, pool, slots, self._client.down_reason(model, pool))
+                    reason = self._client.down_reason(model, pool)
+                    self._note_down(model, pool, states, reason)
+                    self._batcher.set_slots(model, pool, slots, reason)
                     for capacity_type, running in self._client.running(model, pool).items():
                         self._metrics.pool_replicas(model, pool, capacity_type, running)
                     self._metrics.queue_depth(model, pool, stats.waiting)

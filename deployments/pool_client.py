@@ -124,7 +124,7 @@ class ServePoolClient:
             scaling = deployment.options.get("autoscaling_config") or {}
             on_demand = scaling.get("max_replicas", 0) > 0
             if state.status in FAILED_STATUSES:
-                reasons.append(f"{deployment.name} {state.status}: {state.message or 'no detail'}"[:500])
+                reasons.append(f"{deployment.name} {state.status}")  # Serve's message goes to the log only
             elif state.starting or on_demand:
                 return None
             else:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import string
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from serve_app.config.base import StrictModel
 from serve_app.config.deployment import DeploymentOptions
@@ -14,6 +14,14 @@ Priority = Literal["realtime", "batch"]
 """Priority classes: `realtime` is served first, `batch` yields and is shed first."""
 PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 """In serving order."""
+
+INGRESS_DEPLOYMENT_DEFAULTS: dict[str, Any] = {
+    "max_ongoing_requests": 1000,
+    "max_queued_requests": 1000,
+    "ray_actor_options": {"num_cpus": 0},
+}
+"""Serve options of the ingress that a config's `ingress.deployment` keeps unless
+it names them (`ray_actor_options` merged key by key too)."""
 
 
 def template_placeholders(template_name: str, text: str) -> set[str]:
@@ -50,17 +58,25 @@ class TemplateConfig(StrictModel):
 
 
 class PredictorConfig(StrictModel):
-    """How the ingress predicts a request's output length (which picks its pool)."""
+    """How the ingress predicts a request's output length (which picks its pool).
+    History is kept per tenant (API key) and prompt class, from outputs that
+    ended by themselves (finish reason `stop`), so no tenant moves another's
+    predictions."""
 
     cold_start_tokens: int = Field(default=256, gt=0)
     """Prediction for a prompt class with too little history and no `max_tokens`."""
     min_samples: int = Field(default=8, gt=0)
-    """Observed generations a class needs before its history is trusted."""
+    """Observed generations a tenant's class needs before its history is trusted
+    (each tenant warms its own classes)."""
     quantile: float = Field(default=0.9, gt=0, le=1)
     """Quantile of a class's observed lengths used as its prediction (high, so
     few requests overrun their bucket)."""
     window: int = Field(default=256, gt=0)
-    """Most recent observations kept per class."""
+    """Most recent observations kept per tenant and class."""
+    max_histories: int = Field(default=2048, gt=0)
+    """Most (tenant, class) histories kept; past it the least recently observed
+    is dropped (that tenant's class starts cold again). Memory stays within
+    `max_histories` x `window` lengths however many tenants and classes come."""
 
 
 class PriorityConfig(StrictModel):
@@ -91,7 +107,19 @@ class ApiKeyConfig(StrictModel):
     requests_per_s: float | None = Field(default=None, gt=0)
     """Sustained request rate allowed (bursts up to one second's worth); None: unlimited."""
     tokens_per_min: int | None = Field(default=None, gt=0)
-    """Prompt + output tokens allowed per minute; None: unlimited."""
+    """Prompt + output tokens allowed per minute; None: unlimited. A request
+    reserves its prompt plus `max_tokens` (else the model's whole context; the
+    key's whole bucket when that is unset too) when admitted, and settles to
+    the tokens it used when it ends."""
+    ingress_skew: float = Field(default=1.5, ge=1)
+    """How unevenly Serve's proxy may spread this client's requests over the
+    ingress replicas before it meets a 429 below its limits. Each replica keeps
+    its own buckets (no shared store) at `min(1, ingress_skew / n)` of the
+    limits with n replicas: below its limits the client is never refused while
+    no replica gets more than `ingress_skew / n` of its traffic, and it never
+    gets more than `min(ingress_skew, n)` times its limits in all. 1 holds the
+    limits exactly but refuses below them at any skew; n or more never refuses
+    below them."""
 
     @model_validator(mode="after")
     def _one_key_source(self) -> ApiKeyConfig:
@@ -110,6 +138,13 @@ class IngressConfig(StrictModel):
     408 (`request_timeout`), so trickled bodies cannot hold the ingress. The
     clock includes Serve's proxy-to-replica hops, and the default lets a
     `max_body_bytes` body through at about 35 KB/s."""
+    max_body_reads: int = Field(default=64, gt=0)
+    """Request bodies one ingress replica reads at once; a request past it gets
+    503 (`overloaded`) + `Retry-After` at once, before its body is read. Each
+    body being read holds one of the replica's `max_ongoing_requests` for up to
+    `body_read_timeout_s`, so this bound, well below that, keeps slow or
+    stalled bodies from taking every slot: a request that comes during such a
+    flood is answered (or refused) at once instead of waiting in Serve's proxy."""
     max_stop_sequences: int = Field(default=4, gt=0)
     """Most `stop` strings one request may send (OpenAI's limit is 4)."""
     max_stop_chars: int = Field(default=256, gt=0)
@@ -149,10 +184,19 @@ class IngressConfig(StrictModel):
     the tokens already sent)."""
     retry_backoff_s: float = Field(default=0.5, ge=0)
     """Wait before the second try; doubles per further try."""
-    deployment: DeploymentOptions = Field(
-        default_factory=lambda: DeploymentOptions(max_ongoing_requests=1000, max_queued_requests=1000,
-                                                  ray_actor_options={"num_cpus": 0})
-    )
-    """Ray Serve options of the ingress replicas. Serve's proxy queues at most
-    `max_queued_requests` for them and answers 503 past it (unbounded in Serve's
-    default), so slow clients cannot pile up without limit."""
+    deployment: DeploymentOptions = Field(default_factory=lambda: DeploymentOptions(**INGRESS_DEPLOYMENT_DEFAULTS))
+    """Ray Serve options of the ingress replicas, over `INGRESS_DEPLOYMENT_DEFAULTS`
+    key by key (a config naming only `num_replicas` keeps the bounded queue).
+    Serve's proxy queues at most `max_queued_requests` for them and answers 503
+    past it (unbounded in Serve's default), so slow clients cannot pile up
+    without limit."""
+
+    @field_validator("deployment", mode="before")
+    @classmethod
+    def _over_defaults(cls, given: Any) -> Any:
+        if isinstance(given, DeploymentOptions):
+            given = given.model_dump(exclude_unset=True)
+        if not isinstance(given, dict):
+            return given  # let the model refuse it
+        actor = {**INGRESS_DEPLOYMENT_DEFAULTS["ray_actor_options"], **(given.get("ray_actor_options") or {})}
+        return {**INGRESS_DEPLOYMENT_DEFAULTS, **given, "ray_actor_options": actor}

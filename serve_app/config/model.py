@@ -112,5 +112,11 @@ class ModelConfig(StrictModel):
         except ValueError as exc:
             raise ValueError(f"pool {pool.name}: {exc}") from None
 
+    def max_context_tokens(self) -> int | None:
+        """The longest context any of its pools runs (a request may move to any);
+        None if one leaves `max_model_len` unset (the checkpoint's own, unknown here)."""
+        lengths = [self.pool_engine(pool).max_model_len for pool in self.pools]
+        return None if None in lengths else max(lengths)
+
     def pool_deployment(self, pool: PoolConfig) -> DeploymentOptions:
         return pool.deployment or self.deployment

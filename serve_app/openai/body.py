@@ -4,7 +4,9 @@ The body must arrive within the size limit and read deadline, be UTF-8 JSON
 (no `NaN`/`Infinity`, no nesting deeper than the parser allows, no integer
 literal past Python's digit limit), hold only valid Unicode text (no lone
 surrogates, which break tokenizers and UTF-8 encoding later), and fit the
-ingress's limits. Each failure is an `APIError` with a 4xx status.
+ingress's limits. Each failure is an `APIError` with a 4xx status. At most
+`ingress.max_body_reads` bodies are read at once: past that a request gets 503
+at once, so slow bodies cannot take every place a legitimate request needs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import deque
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import IngressConfig
 from serve_app.openai.errors import APIError
@@ -29,6 +31,33 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 """A UTF-16 surrogate left in decoded text: JSON can escape one alone (`"\\ud800"`), UTF-8 cannot encode it."""
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 """How a surrogate appears in JSON text; bodies without one skip the search."""
+
+
+BODY_READS_RETRY_AFTER_S = 1
+"""`Retry-After` of a request refused because `ingress.max_body_reads` bodies are arriving."""
+
+
+class BodyReader:
+    """Reads request bodies, at most `ingress.max_body_reads` at once."""
+
+    def __init__(self, ingress: IngressConfig) -> None:
+        self._ingress = ingress
+        self._reading = 0
+
+    async def read(self, http: Request) -> dict[str, Any] | None:
+        """The body as a JSON object; None when the client left before all of it
+        came. Past `max_body_reads` bodies arriving at once: 503 without reading."""
+        limit = self._ingress.max_body_reads
+        if self._reading >= limit:
+            raise APIError(503, f"the server is already receiving {limit} request bodies",
+                           code="overloaded", retry_after_s=BODY_READS_RETRY_AFTER_S)
+        self._reading += 1
+        try:
+            return await read_json_object(http, self._ingress)
+        except ClientDisconnect:
+            return None
+        finally:
+            self._reading -= 1
 
 
 async def read_json_object(request: Request, ingress: IngressConfig) -> dict[str, Any]:

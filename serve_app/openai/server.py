@@ -5,14 +5,15 @@ in-process one. Everything HTTP lives here: bodies (`serve_app.openai.body`),
 validation errors, SSE, gzip, and OpenAI-style error bodies, each capped at
 `ingress.max_error_chars`; an unexpected exception is a 500 naming only its type.
 
-`/health` (the ingress is up) and `/ready` (every model has a replica that can
-answer, 503 naming what is missing otherwise) are always open. The API schema (`/openapi.json`) needs a valid key
-whenever keys are configured, like every other route; `/docs` and `/redoc` are off.
+`/health` and `/ready` (200 when every model can answer, else 503; its detail only
+to a valid key when keys are on) are open; every other route, `/openapi.json`
+included, needs a valid key when keys are on; `/docs` and `/redoc` are off. A
+request is charged to its key's rate before its body is read; a client that leaves
+before its answer is logged as 499 and its work cancelled (`client_gone`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -23,10 +24,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from serve_app.config import PRIORITIES, AppConfig, ModelConfig, Priority
+from serve_app.config import PRIORITIES, AppConfig, Priority
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
 from serve_app.openai.auth import Authenticator
-from serve_app.openai.body import check_limits, parse, read_json_object
+from serve_app.openai.body import BodyReader, check_limits, parse
+from serve_app.openai.client_gone import GONE, first_unless_gone, unless_gone
 from serve_app.openai.conversion import (
     chat_generation_request,
     chat_response,
@@ -75,6 +77,11 @@ class ModelBackend(Protocol):
         """`{"ready": bool, "models": {...}}`: whether each model can answer now."""
         ...
 
+    def admit(self, client: str | None) -> None:
+        """Charge one request to the client's request rate as it arrives, before
+        its body is read; raises `RateLimited` when it is over."""
+        ...
+
 
 def request_meta(
     http: Request, request: SamplingFields, generation: GenerationRequest, client: str | None, default: Priority
@@ -100,8 +107,9 @@ class OpenAIServer:
         self._auth = Authenticator(config.ingress.api_keys)
         self._templates = TemplateRegistry(config.templates)
         self._models = config.model_by_name()
-        self._context = {name: _context_length(model) for name, model in self._models.items()}
+        self._context = {name: model.max_context_tokens() for name, model in self._models.items()}
         self._created = now()
+        self._bodies = BodyReader(config.ingress)
 
     def authenticate(self, http: Request) -> str | None:
         """The calling client's name (None when keys are off); 401 otherwise."""
@@ -142,34 +150,28 @@ class OpenAIServer:
         """The whole answer; None when the client went away first (the work is
         cancelled). Both guards are the ingress's own, so no header a client
         sends to Serve's proxy can turn off the timeout or the cancellation."""
-        work = asyncio.ensure_future(self._backend.generate(model, request, meta))
-        gone = asyncio.ensure_future(_client_gone(http))
         try:
-            async with asyncio.timeout(self._config.ingress.request_timeout_s):
-                await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            result = await unless_gone(http, self._backend.generate(model, request, meta),
+                                       self._config.ingress.request_timeout_s)
         except TimeoutError:
             raise APIError(504, "the request took longer than the server allows", code="timeout") from None
-        finally:
-            gone.cancel()
-            if not work.done():
-                work.cancel()
-        if not work.done() or work.cancelled():  # the cancel above takes effect on the task's next step
+        if result is GONE:
             return None
-        result = work.result()
         if isinstance(result, EngineError):
             raise APIError.from_engine(result)
         return result
 
     async def _open_stream(
-        self, model: str, request: GenerationRequest, meta: RequestMeta
-    ) -> tuple[str, AsyncIterator[GenerationChunk | EngineError]]:
+        self, http: Request, model: str, request: GenerationRequest, meta: RequestMeta
+    ) -> tuple[str, AsyncIterator[GenerationChunk | EngineError]] | None:
         """Start a stream; an error before any output becomes a plain HTTP error.
-        Returns the model that answers (the first chunk says) and the chunks."""
+        Returns the model that answers (the first chunk says) and the chunks, or
+        None when the client left before the first chunk (the work is cancelled:
+        the ingress watches the client itself, as `_complete` does)."""
         chunks = self._backend.stream(model, request, meta)
-        try:
-            first = await anext(chunks)
-        except StopAsyncIteration:
-            first = None
+        first = await first_unless_gone(http, chunks)
+        if first is GONE:
+            return None
         if isinstance(first, EngineError):
             await chunks.aclose()
             raise APIError.from_engine(first)
@@ -193,8 +195,11 @@ class OpenAIServer:
 
     async def handle(self, http: Request, endpoint: Endpoint) -> Response:
         client = self.authenticate(http)
+        self._backend.admit(client)
+        body = await self._bodies.read(http)
+        if body is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
         ingress = self._config.ingress
-        body = await read_json_object(http, ingress)
         request = parse(endpoint.request_model, body, ingress.max_error_chars)
         model = self.resolve_model(request.model)
         check_limits(request, ingress, self._context[model])
@@ -207,24 +212,26 @@ class OpenAIServer:
             if result is None:
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
             return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
-        answering, chunks = await self._open_stream(model, generation, meta)
+        opened = await self._open_stream(http, model, generation, meta)
+        if opened is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        answering, chunks = opened
         return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
+
+    async def ready(self, http: Request) -> Response:
+        """200 when every model can answer, else 503. With keys configured, the
+        per-model detail goes only to a valid key; anyone else gets `ready` alone."""
+        report = self._backend.readiness()
+        status = 200 if report["ready"] else 503
+        try:
+            self.authenticate(http)
+        except APIError:
+            report = {"ready": report["ready"]}
+        return JSONResponse(report, status_code=status)
 
 
 CLIENT_CLOSED_REQUEST = 499
 """Status logged for a request whose client left before the answer (nginx's convention)."""
-
-
-async def _client_gone(http: Request) -> None:
-    """Returns once the client disconnects (the body has been read already)."""
-    while (await http.receive())["type"] != "http.disconnect":
-        pass
-
-
-def _context_length(model: ModelConfig) -> int | None:
-    """The longest context any of the model's pools is configured with; None if one is unknown."""
-    lengths = [model.pool_engine(pool).max_model_len for pool in model.pools]
-    return None if None in lengths else max(lengths)
 
 
 @dataclass(frozen=True)
@@ -251,7 +258,7 @@ def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
 
 
 def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
-    """The FastAPI app serving `/v1/*`, `/stats`, `/health` and `/openapi.json` over `backend`."""
+    """The FastAPI app serving `/v1/*`, `/stats`, `/health`, `/ready` and `/openapi.json` over `backend`."""
     server = OpenAIServer(config, backend)
     max_chars = config.ingress.max_error_chars
     app = FastAPI(title="serve_app", docs_url=None, redoc_url=None, openapi_url=None)
@@ -288,11 +295,6 @@ def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
     app.add_api_route("/stats", server.stats, methods=["GET"])
     app.add_api_route("/v1/cost", server.cost, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
-
-    async def ready() -> Response:
-        report = backend.readiness()
-        return JSONResponse(report, status_code=200 if report["ready"] else 503)
-
-    app.add_api_route("/ready", ready, methods=["GET"])
+    app.add_api_route("/ready", server.ready, methods=["GET"])
     app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     return app

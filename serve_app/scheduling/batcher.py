@@ -14,7 +14,6 @@ and no HTTP here: the ingress supplies the client and maps the refusals.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,7 +28,7 @@ from serve_app.engine.base import (
     GenerationRequest,
     GenerationResult,
 )
-from serve_app.scheduling.admission import AdmissionPolicy, PoolQueue, PoolStats, Rank, Slot
+from serve_app.scheduling.admission import PoolStats, Rank, Slot
 from serve_app.scheduling.attempts import RetryPolicy, plan_attempt
 from serve_app.scheduling.errors import (
     DeadlineExceeded,
@@ -39,9 +38,9 @@ from serve_app.scheduling.errors import (
     ReplicaUnavailable,
     Unavailable,
 )
-from serve_app.scheduling.long_cap import LongCapPolicy
-from serve_app.scheduling.predictor import LengthPredictor
-from serve_app.scheduling.rate_limit import RateLimiter
+from serve_app.scheduling.pool_queues import PoolQueues
+from serve_app.scheduling.predictor import NATURAL_FINISH, LengthPredictor
+from serve_app.scheduling.rate_limit import RateLimiter, request_token_bound
 from serve_app.scheduling.types import PoolClient, RequestMeta, RequestRecord, SchedulerObserver
 
 ENGINE_PRIORITY_STRIDE = 1_000_000
@@ -76,46 +75,30 @@ class LengthBucketBatcher:
         self._moves: Counter[str] = Counter()
         """Requests re-bucketed, re-sent and resumed since start."""
         self._limiter = RateLimiter(config.ingress.api_keys, clock)
-        policy = AdmissionPolicy(config.ingress.priorities.batch_queue_share)
-        self._queues: dict[tuple[str, str], PoolQueue] = {}
-        self._long_caps: dict[tuple[str, str], LongCapPolicy] = {}
-        self._slots: dict[tuple[str, str], tuple[int, str | None]] = {}
-        for model in config.models:
-            scheduling = model.length_scheduling
-            for pool in model.pools:
-                aging = scheduling.aging_tokens_per_s if scheduling.enabled else None
-                self._queues[(model.name, pool.name)] = PoolQueue(pool.queue_size, policy, 0, clock, aging)
-                if scheduling.enabled:
-                    self._long_caps[(model.name, pool.name)] = LongCapPolicy(scheduling, clock)
+        self._context_tokens = {model.name: model.max_context_tokens() for model in config.models}
+        self._pools = PoolQueues(config, clock)
 
     def set_slots(self, model: str, pool: str, slots: int, down_reason: str | None = None) -> None:
         """Requests the pool may run at once (its running replicas' slots), and
         why it has none and none starting, if so."""
-        self._slots[(model, pool)] = (slots, down_reason)
-        long_cap = self._long_caps.get((model, pool))
-        cap = long_cap.decide(slots).cap if long_cap is not None else None
-        self._queues[(model, pool)].set_slots(slots, cap, down_reason)
-
-    def _note_arrival(self, model: str, pool: str, long: bool) -> None:
-        """A request arrived: when short demand began, ended or changed the
-        reserve with it, decide the long cap at once, not at the next capacity read."""
-        long_cap = self._long_caps.get((model, pool))
-        if long_cap is None:
-            return
-        if not long:
-            long_cap.note_short(self._queues[(model, pool)].short_requests() + 1)
-        if long_cap.stale():
-            self.set_slots(model, pool, *self._slots.get((model, pool), (0, None)))
+        self._pools.set_slots(model, pool, slots, down_reason)
 
     def set_ingress_replicas(self, count: int) -> None:
-        """Each of `count` ingress replicas takes its share of queues and rate limits."""
+        """Each of `count` ingress replicas takes its share of queues and rate limits
+        (`RateLimiter.set_replicas`: a share with room for uneven spreading)."""
         count = max(1, count)
-        self._limiter.set_share(1 / count)
-        for (model, pool), queue in self._queues.items():
-            queue.set_queue_size(math.ceil(self._models[model].pool(pool).queue_size / count))
+        self._limiter.set_replicas(count)
+        self._pools.set_ingress_replicas(count)
+
+    def admit_request(self, client: str | None) -> None:
+        """Charge one request to the client's requests/s as it arrives, before its
+        body is read; raises `RateLimited`. `stream` then reserves its tokens."""
+        decision = self._limiter.admit_request(client)
+        if not decision.allowed:
+            raise RateLimited(f"rate limit reached for {client}: {decision.reason}", max(1, decision.retry_after_s))
 
     def stats(self) -> dict[tuple[str, str], PoolStats]:
-        return {key: queue.stats() for key, queue in self._queues.items()}
+        return self._pools.stats()
 
     def predictor_classes(self) -> dict[str, int]:
         return self._predictor.classes()
@@ -138,20 +121,21 @@ class LengthBucketBatcher:
         `RateLimited`, `Overloaded`, `Unavailable` or `DeadlineExceeded` before
         any output; after it, failures end the stream with an `EngineError`."""
         config = self._models[model]
-        prediction = self._predictor.predict(meta.prompt_class, request.sampling.max_tokens)
+        prediction = self._predictor.predict(meta.prompt_class, request.sampling.max_tokens, meta.client)
         index = bucket_index(config.pools, prediction.tokens)
         fallback = self._fallback(config, meta.priority)
         if fallback is not None:
-            self._queues[(model, config.pools[index].name)].note_diverted()
+            self._pools.queues[(model, config.pools[index].name)].note_diverted()
             config = fallback
             index = bucket_index(config.pools, prediction.tokens)
         scheduling = config.length_scheduling
         long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
         record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
                                prediction.tokens, prediction.source, long=long)
-        self._note_arrival(config.name, record.pool, long)
-        estimate = meta.prompt_class.prompt_chars // 4 + prediction.tokens
-        decision = self._limiter.admit(meta.client, estimate)
+        self._pools.note_arrival(config.name, record.pool, long)
+        token_bound = request_token_bound(meta.prompt_class.prompt_chars, request.sampling.max_tokens,
+                                          self._context_tokens[config.name])
+        decision = self._limiter.admit(meta.client, token_bound)
         if not decision.allowed:
             record.status = "rejected"
             self._observer.finished(record)
@@ -162,29 +146,27 @@ class LengthBucketBatcher:
         started = self._clock()
         try:
             async for item in self._run(config, index, request, meta, record, started):
+                if isinstance(item, GenerationChunk) and item.finish_reason is not None:
+                    record.finish_reason = item.finish_reason
                 yield item if fallback is None or isinstance(item, EngineError) else replace(item, model=config.name)
         except (asyncio.CancelledError, GeneratorExit):
             record.status = "cancelled"
             raise
         finally:
             record.latency_s = self._clock() - started
-            self._limiter.settle(meta.client, estimate, record.prompt_tokens + record.output_tokens)
+            self._limiter.settle(meta.client, decision.reserved_tokens, record.prompt_tokens + record.output_tokens)
             if record.status == "ok":
-                self._predictor.observe(meta.prompt_class, record.output_tokens)
-                self._observe_tpot(config.name, record)
+                if record.finish_reason == NATURAL_FINISH:
+                    self._predictor.observe(meta.prompt_class, record.output_tokens, meta.client)
+                self._pools.observe_finished(record)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)
             self._observer.finished(record)
-
-    def _observe_tpot(self, model: str, record: RequestRecord) -> None:
-        long_cap = self._long_caps.get((model, record.pool))
-        if long_cap is not None and not record.long and record.ttft_s is not None and record.output_tokens > 1:
-            long_cap.observe_short_tpot((record.latency_s - record.ttft_s) / (record.output_tokens - 1))
 
     def _fallback(self, config: ModelConfig, priority: Priority) -> ModelConfig | None:
         """The model to serve instead while `config`'s pools have no replica."""
         if config.fallback is None or priority not in config.fallback.priorities:
             return None
-        if any(self._queues[(config.name, pool.name)].slots for pool in config.pools):
+        if self._pools.has_slots(config.name):
             return None
         return self._models[config.fallback.model]
 
@@ -197,7 +179,7 @@ class LengthBucketBatcher:
         return self._ingress.request_timeout_s - (self._clock() - started)
 
     async def _acquire(self, model: str, pool: str, rank: Rank, record: RequestRecord, started: float) -> Slot:
-        queue = self._queues[(model, pool)]
+        queue = self._pools.queues[(model, pool)]
         timeout_s = min(self._ingress.queue_timeout_s, max(0.0, self._remaining_s(started)))
         try:
             slot = await queue.acquire(rank, record.predicted_tokens, record.long, timeout_s)

@@ -1,8 +1,12 @@
 """Per-API-key rate limits: token buckets for requests/s and tokens/min.
 
-Requests per second allow bursts of one second's worth; prompt + output tokens
-per minute are charged an estimate at admission and corrected when the request
-ends. A refusal says when to come back.
+Requests per second allow bursts of one second's worth and are charged as a
+request arrives, before its body is read (`admit_request`). Prompt + output tokens
+per minute are reserved at admission at the most the request can use (its
+prompt estimate plus `max_tokens`, or the context left: `request_token_bound`),
+never at a predicted length, and settled to what it really used when it ends.
+A refusal says when to come back. Each ingress replica holds its own buckets,
+sized by `replica_share`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from serve_app.config import ApiKeyConfig
+
+CHARS_PER_TOKEN = 4
+"""Prompt characters per token, to estimate a prompt before it is tokenized (the
+estimate only sizes the reservation; settling counts the real tokens)."""
+
+
+def request_token_bound(prompt_chars: int, max_tokens: int | None, context: int | None) -> int | None:
+    """Most prompt + output tokens a request can use: its prompt estimate plus
+    `max_tokens`, else plus the context left after the prompt; None when the
+    context is unknown too (the limiter then reserves a whole bucket)."""
+    prompt_tokens = prompt_chars // CHARS_PER_TOKEN
+    if max_tokens is not None:
+        return prompt_tokens + max_tokens
+    return None if context is None else max(prompt_tokens, context)
+
+
+def replica_share(key: ApiKeyConfig, replicas: int) -> float:
+    """The share of `key`'s limits one of `replicas` ingress replicas enforces:
+    `ingress_skew / replicas`, at most the whole limit."""
+    return min(1.0, key.ingress_skew / max(1, replicas))
 
 
 class TokenBucket:
@@ -43,18 +67,22 @@ class RateDecision:
     allowed: bool
     retry_after_s: int = 0
     reason: str = ""
+    reserved_tokens: float = 0.0
+    """Tokens charged up front, for `settle` to replace by the real use."""
 
 
 class RateLimiter:
     """Per-client request and token buckets, from the clients' `ApiKeyConfig`.
 
-    Each ingress replica holds its own buckets, so with n replicas each enforces
-    1/n of every limit (`set_share`): a client spread over them gets its limit
-    in total, not n times it."""
+    With n ingress replicas, each enforces `replica_share` of every limit
+    (`set_replicas`), so a client gets `min(ingress_skew, n)` times its limits
+    in all at most, and no 429 below them while no replica receives more than
+    `ingress_skew / n` of its traffic (there is no shared store to do better)."""
 
     def __init__(self, keys: list[ApiKeyConfig], clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._share = 1.0
+        self._keys = {key.name: key for key in keys}
+        self._shares = dict.fromkeys(self._keys, 1.0)
         now = clock()
         self._requests = {
             key.name: TokenBucket(max(1.0, key.requests_per_s), key.requests_per_s, now)
@@ -67,40 +95,53 @@ class RateLimiter:
             if key.tokens_per_min is not None
         }
 
-    def set_share(self, share: float) -> None:
-        """This replica's share of every limit (1 / ingress replicas)."""
-        if share <= 0 or share == self._share:
-            return
-        factor, self._share = share / self._share, share
-        for bucket in self._requests.values():
-            bucket.scale(factor, min_capacity=1.0)  # a whole request must fit
-        for bucket in self._tokens.values():
-            bucket.scale(factor)
+    def set_replicas(self, count: int) -> None:
+        """Scale every key's buckets to this replica's share among `count` ingress replicas."""
+        for name, key in self._keys.items():
+            share = replica_share(key, count)
+            factor, self._shares[name] = share / self._shares[name], share
+            if name in self._requests:
+                self._requests[name].scale(factor, min_capacity=1.0)  # a whole request must fit
+            if name in self._tokens:
+                self._tokens[name].scale(factor)
 
-    def admit(self, client: str | None, estimated_tokens: int) -> RateDecision:
-        """Charge one request and its estimated tokens, or say when to retry."""
-        if client is None:
+    def admit_request(self, client: str | None) -> RateDecision:
+        """Charge one request to the client's requests/s, or say when to retry.
+        Called as the request arrives, before its body is read; `admit` then
+        reserves its tokens."""
+        requests = self._requests.get(client) if client is not None else None
+        if requests is None:
             return RateDecision(True)
-        now = self._clock()
-        requests, tokens = self._requests.get(client), self._tokens.get(client)
-        for bucket in (requests, tokens):
-            if bucket is not None:
-                bucket.refill(now)
-        if requests is not None and requests.level < 1:
+        requests.refill(self._clock())
+        if requests.level < 1:
             wait = requests.seconds_until(1)
-            return RateDecision(False, math.ceil(wait), f"over {requests.refill_per_s:g} requests/s")
-        if tokens is not None and tokens.level < min(estimated_tokens, tokens.capacity):
-            wait = tokens.seconds_until(estimated_tokens)
-            return RateDecision(False, math.ceil(wait), f"over {tokens.capacity:g} tokens/min")
-        if requests is not None:
-            requests.level -= 1
-        if tokens is not None:
-            tokens.level -= estimated_tokens
+            return RateDecision(False, math.ceil(wait), f"over {self._keys[client].requests_per_s:g} requests/s")
+        requests.level -= 1
         return RateDecision(True)
 
-    def settle(self, client: str | None, estimated_tokens: int, actual_tokens: int) -> None:
-        """Replace a request's estimate by the tokens it really used."""
+    def admit(self, client: str | None, token_bound: int | None) -> RateDecision:
+        """Reserve `token_bound` tokens of a request `admit_request` let in, or say when to retry.
+
+        The reservation is at most the token bucket's capacity (all of it when
+        `token_bound` is None), so a request that may use more than the whole
+        bucket is still admitted once the bucket is full; if it really uses
+        more, settling takes the level below zero and the client waits for it."""
+        if client is None:
+            return RateDecision(True)
+        tokens = self._tokens.get(client)
+        reserve = 0.0
+        if tokens is not None:
+            tokens.refill(self._clock())
+            reserve = tokens.capacity if token_bound is None else min(token_bound, tokens.capacity)
+            if tokens.level < reserve:
+                wait = tokens.seconds_until(reserve)
+                return RateDecision(False, math.ceil(wait), f"over {self._keys[client].tokens_per_min} tokens/min")
+            tokens.level -= reserve
+        return RateDecision(True, reserved_tokens=reserve)
+
+    def settle(self, client: str | None, reserved_tokens: float, actual_tokens: int) -> None:
+        """Replace a request's reservation by the tokens it really used."""
         bucket = self._tokens.get(client) if client is not None else None
         if bucket is not None:
             bucket.refill(self._clock())
-            bucket.level = min(bucket.capacity, bucket.level + estimated_tokens - actual_tokens)
+            bucket.level = min(bucket.capacity, bucket.level + reserved_tokens - actual_tokens)

@@ -52,6 +52,8 @@ class RequestRecord:
     """`ok`, `error` (an engine refusal or failure), `rejected` or `cancelled`."""
     prompt_tokens: int = 0
     output_tokens: int = 0
+    finish_reason: str | None = None
+    """How the output ended (`stop`: by itself, `length`: at `max_tokens`), if it did."""
     queue_wait_s: float = 0.0
     ttft_s: float | None = None
     latency_s: float = 0.0

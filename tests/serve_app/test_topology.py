@@ -68,3 +68,11 @@ def test_slots_never_exceed_what_the_engine_runs_at_once():
     for deployment in Topology(config).pool(model.name, "long").values():
         assert deployment.slots_per_replica == model.pool_engine(long).max_num_seqs == 128
         assert deployment.options["max_ongoing_requests"] == 160  # Serve's limit: the slots plus headroom
+
+
+def test_prod_ingress_keeps_the_bounded_proxy_queue_under_its_own_deployment_block():
+    config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
+    options = Topology(config).ingress_options()
+    assert options["max_queued_requests"] == 1000 and options["max_ongoing_requests"] == 1000
+    assert options["ray_actor_options"]["num_cpus"] == 1  # prod's own, merged over the default 0
+    assert options["ray_actor_options"]["label_selector"]["ray.io/market-type"] == "on-demand"

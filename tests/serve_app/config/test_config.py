@@ -175,3 +175,16 @@ def test_bad_pools_fail_at_load(pools, needle):
 def test_empty_serve_config_is_refused():
     with pytest.raises(ValueError, match="no applications"):
         app_configs({"applications": []})
+
+
+def test_an_ingress_deployment_block_overrides_only_the_keys_it_names():
+    from serve_app.config import IngressConfig
+
+    ingress = IngressConfig.model_validate({"deployment": {"num_replicas": 2, "max_queued_requests": 50,
+                                                           "ray_actor_options": {"memory": 2**30}}})
+    assert ingress.deployment.serve_options() == {
+        "num_replicas": 2, "max_ongoing_requests": 1000, "max_queued_requests": 50,
+        "ray_actor_options": {"num_cpus": 0, "memory": 2**30},
+    }
+    built = IngressConfig(deployment=DeploymentOptions(num_replicas=3))
+    assert built.deployment.max_queued_requests == 1000 and built.deployment.num_replicas == 3

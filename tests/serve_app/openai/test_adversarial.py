@@ -418,6 +418,9 @@ class ExplodingBackend:
     def cost(self):
         return {}
 
+    def admit(self, client):
+        return None
+
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_unexpected_errors_are_500_without_traceback_text(small_config, stream):

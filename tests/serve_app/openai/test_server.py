@@ -266,7 +266,8 @@ async def test_priority_from_field_or_header_reaches_the_engine(stack):
 
 
 async def test_stats_show_pools_and_learned_classes(stack):
-    client, http, _ = stack
+    client, http, engines = stack
+    engines["fake-a"].answer_tokens = 1  # ends by itself: learned (one cut at max_tokens is not)
     await client.chat.completions.create(model="fake-a", messages=[{"role": "user", "content": "x"}], max_tokens=2)
     stats = (await http.get("/stats")).json()
     pool = stats["pools"]["fake-a/default"]
@@ -303,7 +304,7 @@ async def test_ready_reflects_the_pools_and_health_only_the_ingress(stack):
     assert (await http.get("/health")).json() == {"status": "ok"}
 
 
-async def test_ready_is_503_naming_the_pool_when_a_model_has_no_replica(small_config):
+async def test_ready_is_503_when_a_model_has_no_replica_and_its_requests_are_refused(small_config):
     from deployments.pool_client import DeploymentState
     from serve_app.topology import deployment_name
 
@@ -318,7 +319,8 @@ async def test_ready_is_503_naming_the_pool_when_a_model_has_no_replica(small_co
     ready = await http.get("/ready")
     body = ready.json()
     assert ready.status_code == 503 and not body["ready"] and body["models"]["fake-a"]["ready"]
-    assert "engine refused" in body["models"]["fake-b"]["pools"]["default"]["down"]
+    assert body["models"]["fake-b"]["pools"]["default"]["slots"] == 0
     refused = await http.post("/v1/completions", json={"model": "fake-b", "prompt": "x"})
-    assert refused.status_code == 503 and "engine refused" in refused.json()["error"]["message"]
+    message = refused.json()["error"]["message"]
+    assert refused.status_code == 503 and "DEPLOY_FAILED" in message and "engine refused" not in message
     assert refused.json()["error"]["code"] == "unavailable" and "retry-after" in refused.headers

@@ -276,12 +276,12 @@ async def test_realtime_is_dispatched_before_waiting_batch():
 async def test_rate_limits_are_429_with_retry_after():
     pools = Pools()
     keys = [{"name": "team", "sha256": "0" * 64, "requests_per_s": 1}]
-    batcher, observer = batcher_for(pools, api_keys=keys)
-    await text_of(batcher, request(1), meta(client="team"))
+    batcher, _ = batcher_for(pools, api_keys=keys)
+    batcher.admit_request("team")  # on arrival, before the body is read
+    await text_of(batcher, request(1), meta(client="team"))  # charges its tokens, not the request again
     with pytest.raises(RateLimited) as limited:
-        await text_of(batcher, request(1), meta(client="team"))
-    assert limited.value.retry_after_s >= 1
-    assert observer.records[-1].status == "rejected" and len(pools.calls) == 1
+        batcher.admit_request("team")
+    assert limited.value.retry_after_s >= 1 and len(pools.calls) == 1
 
 
 async def test_queue_waits_are_measured_and_exported_as_stats():
@@ -411,15 +411,14 @@ async def test_engine_priority_is_the_class_then_the_predicted_length():
 
 
 async def test_each_ingress_replica_takes_its_share_of_queues_and_rate_limits():
-    keys = [ApiKeyConfig(name="team", sha256="0" * 64, requests_per_s=4)]
-    pools = Pools()
-    batcher, _ = batcher_for(pools, api_keys=keys)
+    keys = [ApiKeyConfig(name="team", sha256="0" * 64, tokens_per_min=80)]
+    batcher = LengthBucketBatcher(config(api_keys=keys), Pools(), Observer(), clock=ManualClock())
+    batcher.set_slots("m", "long", 2)
     batcher.set_ingress_replicas(2)
-    assert batcher._queues[("m", "long")]._queue_size == 2  # 4 / 2
-    for _ in range(2):  # 2 of the 4 requests/s
-        await text_of(batcher, request(1), meta(client="team"))
+    assert batcher._pools.queues[("m", "long")]._queue_size == 2  # 4 / 2
+    await text_of(batcher, request(40), meta(client="team"))  # 2 + 40 tokens of the 60 here (80 x 1.5 / 2)
     with pytest.raises(RateLimited):
-        await text_of(batcher, request(1), meta(client="team"))
+        await text_of(batcher, request(30), meta(client="team"))  # 18 left
 
 
 async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
@@ -429,7 +428,7 @@ async def test_short_requests_tpot_shrinks_the_long_cap_when_over_target():
     scheduling = model.length_scheduling.model_copy(
         update={"short_tpot_target_s": 1e-9, "long_tokens": 5, "long_slot_share": 0.75})
     batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
-    batcher._long_caps[("m", "short")] = LongCapPolicy(scheduling)
+    batcher._pools.long_caps[("m", "short")] = LongCapPolicy(scheduling)
     batcher.set_slots("m", "short", 8)
     assert batcher.stats()[("m", "short")].long_cap == 8  # no short request yet: no reserve
     await text_of(batcher, request(4, prompt="a"))  # short, and its TPOT is over the (tiny) target
@@ -444,7 +443,7 @@ async def test_a_long_arrival_lifts_the_long_cap_as_soon_as_short_demand_has_end
     model = batcher._models["m"]
     scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})
     batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
-    batcher._long_caps[("m", "long")] = LongCapPolicy(scheduling, clock)
+    batcher._pools.long_caps[("m", "long")] = LongCapPolicy(scheduling, clock)
     batcher.set_slots("m", "long", 8)
     await text_of(batcher, request(6), meta(template="short"))  # predicted 6 < 10 tokens: short
     assert batcher.stats()[("m", "long")].long_cap == 7  # a reserve of the one short request, at once
@@ -458,8 +457,94 @@ async def test_the_short_reserve_follows_the_short_requests_each_arrival_found()
     model = batcher._models["m"]
     scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})
     batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
-    batcher._long_caps[("m", "long")] = LongCapPolicy(scheduling)
+    batcher._pools.long_caps[("m", "long")] = LongCapPolicy(scheduling)
     batcher.set_slots("m", "long", 16)
     # three short requests at once: the third found three short requests, itself included
     await asyncio.gather(*(text_of(batcher, request(6), meta(template="short")) for _ in range(3)))
     assert batcher.stats()[("m", "long")].long_cap == 13  # ceil(p95 of 1, 2, 3) kept for them
+
+
+async def test_a_tenant_flooding_a_class_with_long_outputs_leaves_anothers_predictions_alone():
+    keys = [ApiKeyConfig(name=name, sha256=digit * 64) for name, digit in (("alpha", "a"), ("beta", "b"))]
+    pools = Pools(answer_tokens=2)
+    batcher, observer = batcher_for(pools, api_keys=keys)
+    for _ in range(2):  # beta's requests of the class end by themselves in 2 tokens
+        await text_of(batcher, request(), meta(template="t", client="beta"))
+    for engine in pools.engines.values():
+        engine.answer_tokens = 30
+    for _ in range(10):  # alpha floods the same class with long outputs
+        await text_of(batcher, request(), meta(template="t", client="alpha"))
+    await text_of(batcher, request(), meta(template="t", client="beta"))
+    assert (observer.records[-1].predicted_tokens, observer.records[-1].pools[0]) == (2, "short")
+
+
+async def test_only_outputs_that_ended_by_themselves_are_learned():
+    pools = Pools()  # no answer ends by itself: each is cut at its max_tokens
+    batcher, observer = batcher_for(pools)
+    for _ in range(3):
+        await text_of(batcher, request(3), meta(template="t"))
+    assert batcher.predictor_classes() == {}
+    assert (observer.records[-1].status, observer.records[-1].finish_reason) == ("ok", "length")
+    for engine in pools.engines.values():
+        engine.answer_tokens = 2
+    for _ in range(2):
+        await text_of(batcher, request(3), meta(template="t"))
+    assert observer.records[-1].finish_reason == "stop" and batcher.predictor_classes() == {"template:t": 2}
+    for engine in pools.engines.values():
+        engine.answer_tokens = 7
+    await text_of(batcher, request(10), meta(template="t"))  # predicted 2: past the short pool's edge
+    assert observer.records[-1].pools == ["short", "long"]  # re-bucketed, and ended by itself: learned
+    assert batcher.predictor_classes() == {"template:t": 3}
+
+
+async def limited_batcher(tokens_per_min: int) -> LengthBucketBatcher:
+    """A batcher on a still clock whose client `team` has `tokens_per_min`, and
+    whose predictor has seen the client's class answer in 2 tokens."""
+    keys = [ApiKeyConfig(name="team", sha256="0" * 64, tokens_per_min=tokens_per_min)]
+    batcher = LengthBucketBatcher(config(api_keys=keys), Pools(answer_tokens=2), Observer(), clock=ManualClock())
+    batcher.set_slots("m", "short", 2)
+    batcher.set_slots("m", "long", 2)
+    for _ in range(2):  # each settles to 2 prompt + 2 output tokens
+        await text_of(batcher, request(5), meta(client="team"))
+    return batcher
+
+
+async def test_tokens_are_reserved_at_max_tokens_whatever_the_prediction_and_settled_after():
+    batcher = await limited_batcher(tokens_per_min=100)  # 92 left
+    running = batcher.stream("m", request(60), meta(client="team"))
+    await anext(running)  # admitted and running, predicted at 2 tokens: 60 reserved, 32 left
+    with pytest.raises(RateLimited):
+        await text_of(batcher, request(60), meta(client="team"))
+    async for _ in running:  # it ends by itself at 2 + 2 tokens, so 88 left
+        pass
+    await text_of(batcher, request(60), meta(client="team"))
+
+
+async def test_without_max_tokens_a_request_reserves_the_models_context():
+    batcher = await limited_batcher(tokens_per_min=100)  # 92 left
+    running = batcher.stream("m", request(), meta(client="team"))
+    await anext(running)  # predicted at 2 tokens, but may run to the context: 64 reserved, 28 left
+    with pytest.raises(RateLimited):
+        await text_of(batcher, request(), meta(client="team"))
+    await running.aclose()
+
+
+async def test_two_ingress_replicas_refuse_nothing_at_90_percent_of_the_limit_split_70_30():
+    clock = ManualClock()
+    keys = [ApiKeyConfig(name="team", sha256="0" * 64, tokens_per_min=600)]
+    replicas = []
+    for _ in range(2):
+        batcher = LengthBucketBatcher(config(api_keys=keys), Pools(), Observer(), clock=clock)
+        batcher.set_slots("m", "short", 2)
+        batcher.set_slots("m", "long", 2)
+        batcher.set_ingress_replicas(2)
+        replicas.append(batcher)
+    refused = 0
+    for i in range(540):  # 10 minutes of 0.9 requests/s of 10 tokens (2 prompt, 8 output): 90% of the limit
+        clock.now = i / 0.9
+        batcher = replicas[0 if (i + 1) * 7 // 10 > i * 7 // 10 else 1]  # 70% to the first, interleaved
+        try:
+            await text_of(batcher, request(8), meta(client="team"))
+        except RateLimited:
+            refused += 1
+    assert refused == 0

@@ -1,5 +1,5 @@
 from serve_app.config import PredictorConfig
-from serve_app.scheduling.predictor import LengthPredictor, PromptClass
+from serve_app.scheduling.predictor import LengthPredictor, Prediction, PromptClass
 
 CAPITAL = PromptClass("chat", "capital", 40)
 
@@ -31,3 +31,29 @@ def test_classes_are_kept_apart_and_the_window_forgets():
     assert predictor.predict(CAPITAL, None).tokens == 6  # the 100 fell out of the window
     assert predictor.predict(other, None).source == "cold_start"
     assert PromptClass("chat", None, 40).key() == PromptClass("chat", None, 63).key() != PromptClass("chat", None, 64).key()
+
+
+def test_one_tenant_flooding_a_class_with_long_outputs_leaves_anothers_prediction_alone():
+    predictor = LengthPredictor(PredictorConfig(min_samples=3, quantile=0.9))
+    for _ in range(3):
+        predictor.observe(CAPITAL, 10, "beta")
+    for _ in range(500):
+        predictor.observe(CAPITAL, 4000, "alpha")
+    assert predictor.predict(CAPITAL, None, "beta") == Prediction(10, "history")
+    assert predictor.predict(CAPITAL, None, "alpha") == Prediction(4000, "history")
+    assert predictor.predict(CAPITAL, None, "gamma").source == "cold_start"  # warms on its own outputs
+    assert predictor.classes() == {"template:capital": 3 + 256}  # summed, no tenant named
+
+
+def test_memory_stays_bounded_under_many_tenants_and_classes_least_recently_observed_first_out():
+    predictor = LengthPredictor(PredictorConfig(min_samples=1, window=4, max_histories=8))
+    sizes = [PromptClass("chat", None, 2**bits) for bits in range(5)]
+    for tenant in range(100):
+        for prompt_class in sizes:
+            for _ in range(5):
+                predictor.observe(prompt_class, 7, f"t{tenant}")
+        predictor.observe(sizes[0], 7, "steady")  # observed all along: never the least recent
+    assert len(predictor._history) == 8 and sum(predictor.classes().values()) <= 8 * 4
+    assert len(predictor._history[("steady", sizes[0].key())]) == 4  # kept whole
+    assert predictor.predict(sizes[4], None, "t99").source == "history"
+    assert predictor.predict(sizes[0], None, "t0").source == "cold_start"  # dropped long ago
