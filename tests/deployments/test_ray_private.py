@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 import ray
 from ray._raylet import GcsClient, InnerGcsClient
 from ray.core.generated import autoscaler_pb2
@@ -50,3 +51,26 @@ def test_serve_instance_details_come_from_the_private_client_s_controller():
     assert "get_serve_instance_details" in inspect.getsource(ServeControllerClient.get_serve_details)
     assert parameters(ServeController.get_serve_instance_details) == ["source"]
     assert {"actor_id", "state"} <= set(ReplicaDetails.model_fields)
+
+
+async def test_a_controller_that_does_not_answer_is_given_up_on_in_time(monkeypatch):
+    import asyncio
+
+    from ray.serve import context
+
+    class Silent:
+        """A controller whose status call never returns (a GCS or controller outage)."""
+
+        class get_serve_instance_details:  # noqa: N801 - shaped like an actor method
+            @staticmethod
+            def remote():
+                return asyncio.get_running_loop().create_future()
+
+    class Client:
+        _controller = Silent()
+
+    monkeypatch.setattr(context, "_get_global_client", lambda: Client())
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimeoutError):
+        await ray_private.serve_instance_details(timeout_s=0.2)
+    assert asyncio.get_running_loop().time() - started < 2
