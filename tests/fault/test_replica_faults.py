@@ -151,8 +151,12 @@ def test_a_spot_notice_never_bounces_a_request(cluster, reference):
             drain_node_for_preemption, victim.node_id, int((time.time() + 120) * 1000), "test: spot notice", 10)
         assert accepted, reason
 
+    before = moves(base)
     streams, answers = under_load(base, notice, shorts=200, every_s=0.3, priority="batch")
     counts = tally("spot notice", streams, reference[0], answers)
+    print(f"[fault] re-sent {moves(base).get('resent', 0) - before.get('resent', 0)}; replicas {running_replicas()}")
+    # The notice took effect: Serve no longer counts the drained node's replica as running.
+    assert wait_until(lambda: running_replicas()[SPOT_DEPLOYMENT] < 2, 30), running_replicas()
     assert counts["streams"]["failed"] == counts["streams"]["hung"] == 0
     assert counts["streams"]["differing"] == 0
     assert counts["short"] == {"sent": 200, "succeeded": 200, "hung": 0, "failed": 0}
