@@ -49,7 +49,7 @@ def test_serve_instance_details_come_from_the_private_client_s_controller():
     assert callable(context._get_global_client)
     assert "self._controller" in inspect.getsource(ServeControllerClient.__init__)
     assert "get_serve_instance_details" in inspect.getsource(ServeControllerClient.get_serve_details)
-    assert parameters(ServeController.get_serve_instance_details) == ["source"]
+    assert parameters(ServeController.get_serve_instance_details)[:1] == ["source"]  # Ray may add _ray_trace_ctx
     assert {"actor_id", "state"} <= set(ReplicaDetails.model_fields)
 
 
