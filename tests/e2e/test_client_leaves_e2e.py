@@ -79,8 +79,10 @@ async def test_a_stream_whose_client_leaves_before_its_first_chunk_leaves_the_qu
             await wait_for(lambda: _waiting_is(http, waiting + 1), timeout_s=10)
             writer.close()
             left = time.monotonic()
-            await wait_for(lambda: _waiting_is(http, waiting), timeout_s=5)
-            assert time.monotonic() - left < 1.0
+            await wait_for(lambda: _waiting_is(http, waiting), timeout_s=10)
+            # At once, give or take /stats round trips on a busy machine; unwatched, it waited for a free
+            # slot: until a 400-token filler ends, tens of seconds here.
+            assert time.monotonic() - left < 3.0
             assert not any(filler.done() for filler in fillers)  # the slots were still taken meanwhile
         finally:
             for filler in fillers:
