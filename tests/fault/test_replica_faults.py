@@ -154,7 +154,13 @@ def test_a_spot_notice_never_bounces_a_request(cluster, reference):
     before = moves(base)
     streams, answers = under_load(base, notice, shorts=200, every_s=0.3, priority="batch")
     counts = tally("spot notice", streams, reference[0], answers)
-    print(f"[fault] re-sent {moves(base).get('resent', 0) - before.get('resent', 0)}; replicas {running_replicas()}")
+    resent = moves(base).get("resent", 0) - before.get("resent", 0)
+    print(f"[fault] re-sent {resent}; replicas {running_replicas()}")
+    # Only requests routed before the replica's own report of its notice reached Serve's router (its guard
+    # polls each second, routing stats travel each second) may be refused, once each: a few seconds' worth.
+    # Bounced to the draining replica again and again, the same run re-sent 82 (e5c5e78; all 200 still
+    # answered there only because this cluster allows 5 tries).
+    assert resent <= 20
     # The notice took effect: Serve no longer counts the drained node's replica as running.
     assert wait_until(lambda: running_replicas()[SPOT_DEPLOYMENT] < 2, 30), running_replicas()
     assert counts["streams"]["failed"] == counts["streams"]["hung"] == 0
