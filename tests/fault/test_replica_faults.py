@@ -114,8 +114,9 @@ def test_slots_are_what_the_engines_run_at_once(cluster):
     def slots() -> int:
         return httpx.get(f"{base}/stats", timeout=30).json()["pools"][f"{MODEL}/default"]["slots"]
 
-    wait_until(lambda: slots() > 0, 30)
-    assert slots() == REPLICAS * MAX_NUM_SEQS
+    # The ingress learns of a replica from its poll of the controller, seconds after it runs.
+    expected = REPLICAS * MAX_NUM_SEQS
+    assert wait_until(lambda: slots() == expected, 60), f"{slots()} slots, not {expected}"
 
 
 def test_a_dead_engine_loses_no_request(cluster, reference):
