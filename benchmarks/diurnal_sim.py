@@ -1,6 +1,6 @@
 """24 hours of diurnal traffic through three ways of sizing one LLM pool, in seconds.
 
-    python benchmarks/diurnal_sim.py --measured results/throughput.json   # writes results/diurnal_sim.{json,png}
+    python benchmarks/diurnal_sim.py --measured results/throughput.json   # writes benchmarks/results/diurnal_sim.{json,png}
     python benchmarks/diurnal_sim.py --peak-rps 80 --startup-s 300        # assumed service rate (said on its face)
 
 One seeded Poisson arrival trace (`DIURNAL_SHAPE`: peak/trough ~9x, evening peak) is served by a
@@ -25,7 +25,6 @@ Cost comes from `CostMeter` over the price book (on-demand `instance_type`).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import deque
@@ -46,6 +45,7 @@ from ray.serve.config import AutoscalingConfig, AutoscalingContext
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.report import write_json  # noqa: E402
 from serve_app.autoscaling.policy import PoolSnapshot, QueueDurationPolicy, ScalingState  # noqa: E402
 from serve_app.config import PriceTable, QueueDurationAutoscaling, ReplicaShape  # noqa: E402
 from serve_app.cost.measured import LoadCurve, read_baseline  # noqa: E402
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slo-s", type=float, default=SimConfig.slo_s)
     parser.add_argument("--instance-type", default=SimConfig.instance_type)
     parser.add_argument("--seed", type=int, default=SimConfig.seed)
-    parser.add_argument("--out", default="results/diurnal_sim")
+    parser.add_argument("--out", default="benchmarks/results/diurnal_sim")
     args = parser.parse_args(argv)
     curve = ASSUMED_CURVE
     if args.measured:
@@ -410,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"service rate: {curve.source}; {cfg.replica_rps():.3f} req/s per replica with {cfg.slots} slots busy")
     summary = run_all(cfg, progress=True)
     out = REPO / args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    write_json(out.with_suffix(".json"), summary, {})
     plot(summary, out.with_suffix(".png"))
     print(f"\n{'policy':<16}{'replica-h':>10}{'USD/day':>10}{'USD/1k req':>12}{'in SLO':>9}"
           f"{'lat p50':>9}{'lat p99':>9}{'max repl':>10}")

@@ -1,6 +1,7 @@
 """The mixed-workload benchmark's summary: per system and load point the median
 and range of the valid repeats (per class, as `vllm bench serve` defines the
-metrics), ratios to vLLM's FCFS server, targets, the length-scheduling factor."""
+metrics), ratios to vLLM's FCFS server, targets, each system's capacity at the goodput
+SLO and the length-scheduling factor (a ratio of those capacities)."""
 
 from __future__ import annotations
 
@@ -104,17 +105,43 @@ def targets_at(stats: Mapping[str, dict[float, dict[str, Any]]], load: float) ->
     return result
 
 
-def length_scheduling_factor(stats: Mapping[str, dict[float, dict[str, Any]]], load: float, measured_on: str,
-                             command: str, requests: int, repeats: int) -> dict[str, Any] | None:
-    value = ratio(median(stats, "app", load, "output_tok_per_s"), median(stats, "nobuckets", load, "output_tok_per_s"),
-                  4)
-    if not value:
-        return None
-    return factor(value, (
-        f"total output tok/s of this app with length-aware scheduling (configs/local.yaml) over the same app "
-        f"with it off (configs/local-nobuckets.yaml), median of valid interleaved repeats (of {repeats}), open-loop "
-        f"seeded Poisson mix of short/other/long chat requests ({requests} per run) at {load} of vLLM FCFS's "
-        f"calibrated capacity"), measured_on, command)
+def capacity_at_slo(stats: Mapping[str, dict[float, dict[str, Any]]], rates: Mapping[float, float],
+                    goal: float) -> dict[str, dict[str, Any]]:
+    """Per system: the highest offered rate (req/s) at which its goodput (requests
+    meeting every SLO, median over valid repeats) is at least `goal` of the offered
+    rate. `bracketed`: a higher offered rate was tried and missed it, so the
+    capacity is known to the grid's resolution; otherwise it is only a lower bound
+    (or, with no rate met, below the lowest tried)."""
+    out = {}
+    for system, by_load in stats.items():
+        met = {load: (dig(point, "classes.all.goodput.median") or 0.0) >= goal * rates[load]
+               for load, point in sorted(by_load.items()) if point["valid_runs"]}
+        passed = [load for load, ok in met.items() if ok]
+        best = max(passed) if passed else None
+        out[system] = {"capacity_req_per_s": None if best is None else rates[best], "load": best,
+                       "bracketed": best is not None and any(load > best and not ok for load, ok in met.items()),
+                       "met": {str(load): ok for load, ok in met.items()}}
+    return out
+
+
+def length_scheduling_factor(capacity: Mapping[str, dict[str, Any]], goal: float, slo_line: str, command: str,
+                             requests: int, repeats: int) -> tuple[dict[str, Any] | None, str]:
+    """`factors.length_scheduling`: this app's capacity at the SLO over the same
+    app's with length awareness off, when both are bracketed; else None and why."""
+    app, off = capacity.get("app"), capacity.get("nobuckets")
+    missing = [name for name, c in (("app", app), ("nobuckets", off))
+               if c is None or c["capacity_req_per_s"] is None or not c["bracketed"]]
+    if app is None or off is None or missing:
+        return None, (f"capacity at the SLO not bracketed for {', '.join(missing)}: no offered rate was both met and "
+                      "followed by a higher one that was missed; add load points")
+    value = ratio(app["capacity_req_per_s"], off["capacity_req_per_s"], 4)
+    assert value is not None
+    return factor("length_scheduling", value, (
+        f"capacity at the SLO of this app with length-aware scheduling (configs/local.yaml) over the same app with "
+        f"it off (configs/local-nobuckets.yaml): the highest offered rate at which goodput ({slo_line}) was at least "
+        f"{goal:.0%} of the offered rate, on the grid of load points (resolution: the grid's step); medians of "
+        f"valid interleaved repeats (of {repeats}), open-loop seeded Poisson mix ({requests} requests per run)"),
+        repeats, command), ""
 
 
 def print_tables(stats: Mapping[str, dict[float, dict[str, Any]]], ratios: Mapping[str, Any],

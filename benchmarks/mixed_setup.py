@@ -168,6 +168,8 @@ def parse_args(description: str | None, argv: list[str] | None = None) -> argpar
     parser.add_argument("--slo-ttft-s", type=float, default=1.0, help="goodput SLO, all requests")
     parser.add_argument("--slo-tpot-s", type=float, default=0.25, help="goodput SLO, all requests")
     parser.add_argument("--slo-e2el-short-s", type=float, default=5.0, help="goodput SLO, short requests")
+    parser.add_argument("--goodput-goal", type=float, default=0.9,
+                        help="capacity at the SLO: the highest offered rate whose goodput is at least this share of it")
     parser.add_argument("--max-send-lag-p99-s", type=float, default=0.1, help="validity gate per run")
     parser.add_argument("--templates", action=argparse.BooleanOptionalAction, default=True,
                         help=f"send short requests to this app as its {SHORT_TEMPLATE!r} template")
@@ -177,5 +179,5 @@ def parse_args(description: str | None, argv: list[str] | None = None) -> argpar
     parser.add_argument("--keep-records", action=argparse.BooleanOptionalAction, default=True,
                         help="write every request's timings into the JSON")
     add_client_options(parser, progress_s=15.0)
-    parser.add_argument("--out", default="results/mixed_workload")
+    parser.add_argument("--out", default="benchmarks/results/mixed_workload")
     return parser.parse_args(argv)

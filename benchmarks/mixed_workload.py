@@ -12,7 +12,9 @@ vLLM FCFS's capacity is calibrated first (closed loop on the mix), then each
 interleaved; by default one server start serves all load points of a repeat
 (`--restart-per-point` starts one per point). A run whose client sent late
 (send lag p99 >= `--max-send-lag-p99-s`) is invalid: kept, excluded from the
-medians, reported. Writes results/mixed_workload.{json,png}.
+medians, reported. Writes benchmarks/results/mixed_workload.{json,png}, the
+JSON with its provenance, each system's capacity at the goodput SLO, and the
+settings that differ between systems.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from benchmarks.metrics import distribution  # noqa: E402
 from benchmarks.mixed_setup import Plans, body, parse_args, prepare, session_order  # noqa: E402
 from benchmarks.plots import mixed_plot  # noqa: E402
 from benchmarks.predictor_replay import replay, report  # noqa: E402
-from benchmarks.report import command_line, fmt, machine, validity, write_json  # noqa: E402
+from benchmarks.provenance import command_line, machine  # noqa: E402
+from benchmarks.report import fmt, validity, write_json  # noqa: E402
 from benchmarks.servers import LocalServer  # noqa: E402
+from benchmarks.settings import settings_table  # noqa: E402
 from benchmarks.systems import System, server_command, server_pid  # noqa: E402
 from benchmarks.workload import generate, mean_output_tokens, saturated_output_tok_per_s  # noqa: E402
 
@@ -194,12 +198,18 @@ def main() -> int:
                       "requests": [vars(item) for item in replays]} if replays else None,
         "runs": runs, "wall_s": time.monotonic() - started,
     }
-    factor = mr.length_scheduling_factor(stats, args.target_load, host["measured_on"], command,
-                                         plans.spec.requests, args.repeats)
+    capacity = mr.capacity_at_slo(stats, {load: plans.rate(load) for load in plans.loads}, args.goodput_goal)
+    summary["capacity_at_slo"] = {"goodput_goal": args.goodput_goal, "slo": plans.slo_line(args), "systems": capacity}
+    factor, why_not = mr.length_scheduling_factor(capacity, args.goodput_goal, plans.slo_line(args), command,
+                                                  plans.spec.requests, args.repeats)
     if factor:
         summary["factors"] = {"length_scheduling": factor}
+    else:
+        summary["factors_not_emitted"] = {"length_scheduling": why_not}
+    settings = {s.name: s.settings for s in systems}
     out = REPO / args.out
-    write_json(out.with_suffix(".json"), summary)
+    write_json(out.with_suffix(".json"), summary, settings)
+    print(settings_table(settings))
     mixed_plot({s: {load: p["figures"] for load, p in by_load.items()} for s, by_load in stats.items()},
                out.with_suffix(".png"), plans.title(args))
     mr.print_tables(stats, ratios, targets, plans.slo_line(args))
@@ -210,6 +220,10 @@ def main() -> int:
                   f"{kind} {fmt(c['bucket_accuracy'])} / {fmt(c['mae_tokens'])} (true p50 {fmt(c.get('true_tokens_p50'))})"
                   for kind, c in summary["predictor"]["by_class"].items()))
     print(plans.short_line(args))
+    print("capacity at the SLO (req/s): " + ", ".join(
+        f"{name} {fmt(c['capacity_req_per_s'])}{'' if c['bracketed'] else ' (not bracketed)'}"
+        for name, c in capacity.items()))
+    print(f"length_scheduling factor: {fmt(factor['value']) if factor else 'not emitted: ' + why_not}")
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
     return 0 if summary["valid"] and all("error" not in r for r in runs) else 1
 

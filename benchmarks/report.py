@@ -1,22 +1,18 @@
 """What both benchmarks report alike: the spread of repeats, the validity gate,
-targets with pass/fail, the machine and the command line, the JSON file."""
+targets with pass/fail, the JSON file (with `benchmarks.provenance`'s block)."""
 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import shlex
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from benchmarks.metrics import rounded
-from serve_app.engine.cpu_dtype import NATIVE_BF16_FLAGS, cpu_flags
+from benchmarks.provenance import cpu_block, measured_on, provenance
+from benchmarks.settings import differing
+from serve_app.cost.measured import FACTORS
 from serve_app.quantile import quantile
-
-NOTABLE_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni", "fma")
 
 
 def spread(values: Iterable[float | None]) -> dict[str, float | int | None]:
@@ -67,41 +63,19 @@ def target(value: float | None, op: str, threshold: float, what: str) -> dict[st
             "pass": None if value is None else OPS[op](value, threshold)}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+def factor(name: str, value: float, definition: str, runs: int, command: str) -> dict[str, Any]:
+    """One entry of a result's `factors` (`serve_app.cost.measured.MeasuredFactor`), measured on this CPU."""
+    cpu = cpu_block()
+    return {"value": value, "metric": FACTORS[name].metric, "definition": definition, "measured_on": measured_on(cpu),
+            "hardware": {"kind": "cpu", "model": cpu["model"]}, "command": command, "runs": runs, "basis": "measured"}
 
 
-def measured_on() -> str:
-    """The CPU model, core count and its notable feature flags."""
-    flags = cpu_flags()
-    notable = [f for f in NOTABLE_FLAGS if f in flags]
-    bf16 = "native bf16" if flags & NATIVE_BF16_FLAGS else "no native bf16"
-    return f"{cpu_model()}, {os.cpu_count()} CPUs, flags: {' '.join(notable) or 'none of ' + '/'.join(NOTABLE_FLAGS)} ({bf16})"
-
-
-def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "measured_on": measured_on(), "platform": platform.platform()}
-
-
-def command_line() -> str:
-    """How this benchmark was started, to rerun it."""
-    return shlex.join([".venv/bin/python", *sys.argv])
-
-
-def factor(value: float, definition: str, measured_on: str, command: str) -> dict[str, Any]:
-    """One entry of a result's `factors`, in the shape `serve_app.cost.measured` reads."""
-    return {"value": value, "measured_on": measured_on, "command": command, "definition": definition}
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any], settings: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write a benchmark's JSON with its provenance (commit, CPU, command, each
+    system's `settings`) and the settings that differ between its systems."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rounded(data), indent=2))
+    full = {**data, "provenance": provenance(settings), "settings_differ": differing(settings)}
+    path.write_text(json.dumps(rounded(full), indent=2) + "\n")
 
 
 def fmt(value: Any, digits: int = 3) -> str:

@@ -208,16 +208,18 @@ class VLLMServer(LocalServer):
 
     label = "vllm-serve"
 
-    def __init__(self, model: ModelConfig, cwd: Path, **kwargs: Any) -> None:
+    def __init__(self, model: ModelConfig, cwd: Path, stream_interval: int | None = None, **kwargs: Any) -> None:
         super().__init__(cwd, **kwargs)
         self.model = model
         self.model_name = model.name
+        self.stream_interval = stream_interval  # `--stream-interval`; None: vLLM's default (1)
 
     def command(self) -> list[str]:
         return [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.model.engine.model, "--served-model-name", self.model.name,
             "--host", "127.0.0.1", "--port", str(self.port), "--disable-log-stats",
+            *(["--stream-interval", str(self.stream_interval)] if self.stream_interval else []),
             *vllm_server_args(self.model.engine),
         ]
 

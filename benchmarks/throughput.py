@@ -13,7 +13,8 @@ CPU-seconds per 1k output tokens per process group over the load phase. A run
 whose client was starved (event-loop lag p99 or client CPU share over the
 limits) is marked invalid and left out of the medians. The first repeat also
 records answers to a fixed question set and, for `--curve-systems`, a load
-curve. Writes results/throughput.{json,png} (cost planner input).
+curve. Writes benchmarks/results/throughput.{json,png} (cost planner input),
+the JSON with its provenance and the settings that differ between systems.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from benchmarks.client import LoopLag, Progress, StreamSender, add_client_option
 from benchmarks.common import TOPICS  # noqa: E402
 from benchmarks.metrics import Slo, summarize  # noqa: E402
 from benchmarks.plots import throughput_plot  # noqa: E402
-from benchmarks.report import command_line, fmt, machine, validity, write_json  # noqa: E402
+from benchmarks.provenance import command_line, machine  # noqa: E402
+from benchmarks.report import fmt, validity, write_json  # noqa: E402
 from benchmarks.servers import LocalServer  # noqa: E402
+from benchmarks.settings import settings_table  # noqa: E402
 from benchmarks.systems import System, choose, registry, server_command, server_pid  # noqa: E402
 from benchmarks.throughput_report import (  # noqa: E402
     answers_block,
@@ -46,7 +49,7 @@ from benchmarks.throughput_report import (  # noqa: E402
     result_entry,
 )
 
-SYSTEMS = ("app", "nobuckets", "vllm", "int8", "vllm-int8")
+SYSTEMS = ("app", "nobuckets", "vllm", "vllm-si1", "int8", "vllm-int8")
 
 
 def body(model: str, index: int, max_tokens: int) -> dict[str, Any]:
@@ -158,7 +161,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-client-share", type=float, default=0.1,
                         help="validity: the client's CPU share of the machine during the load phase")
     add_client_options(parser, progress_s=10.0)
-    parser.add_argument("--out", default="results/throughput")
+    parser.add_argument("--out", default="benchmarks/results/throughput")
     return parser.parse_args()
 
 
@@ -192,11 +195,15 @@ def main() -> int:
         "valid": not bad, "invalid_runs": bad, "answers": answers_block(systems, runs),
         "wall_s": time.monotonic() - started,
     }
-    factor = quantization_factor(results, workload, summary["machine"]["measured_on"], summary["command"])
+    settings = {s.name: s.settings for s in systems}
+    factor, why_not = quantization_factor(results, settings, workload, summary["command"])
     if factor:
         summary["factors"] = {"quantization": factor}
+    elif any(s.quantization for s in results.values()):
+        summary["factors_not_emitted"] = {"quantization": why_not}
     out = REPO / args.out
-    write_json(out.with_suffix(".json"), summary)
+    write_json(out.with_suffix(".json"), summary, settings)
+    print(settings_table(settings))
     throughput_plot(summary["results"], out.with_suffix(".png"),
                     f"{args.requests} req x {args.max_tokens} tok, {args.concurrency} concurrent, "
                     f"median [min-max] of {args.repeats}")

@@ -3,6 +3,7 @@ repeats, ratios to vLLM's server, targets, the quantization factor, answers."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,7 @@ from benchmarks import quality
 from benchmarks.common import ratio
 from benchmarks.cpu_accounting import GROUPS
 from benchmarks.report import dig, factor, fmt, fmt_spread, print_targets, spread, spreads, target, usable_runs
+from benchmarks.settings import differing
 from benchmarks.systems import System
 
 STAT_PATHS = {
@@ -23,12 +25,18 @@ STAT_PATHS = {
 RATIO_KEYS = ("output_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "itl_p50_s", "e2el_p50_s", "e2el_p99_s",
               "ready_s")
 PAIRS = (("app", "vllm"), ("nobuckets", "vllm"), ("int8", "vllm-int8"))
-"""(system, its baseline) for ratios and targets."""
+"""(system, its baseline) for ratios and targets: baselines at the app's stream interval."""
+SIDE_PAIRS = (("app", "vllm-si1"),)
+"""(system, baseline) shown as ratios only: vLLM at its own default stream interval."""
 MIN_TOK_RATIO, MAX_TTFT_RATIO, MAX_READY_EXTRA_S = 0.95, 1.3, 10.0
 
 
 def result_entry(system: System, runs: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
-    """One `results[]` entry: the planner's keys (medians over valid runs) and the spreads."""
+    """One `results[]` entry: the planner's keys (medians over valid runs) and the
+    spreads. One replica served each system on this machine, so the replica held
+    all of its vCPUs (`vcpus_per_replica`; vLLM CPU computes on some and reserves
+    the rest for everything else); `server_busy_vcpus` is what the server's
+    processes kept busy."""
     used, valid_only = usable_runs(runs)
     measured = [r for r in runs if "error" not in r]
     stats = spreads(used, STAT_PATHS)
@@ -47,6 +55,8 @@ def result_entry(system: System, runs: list[dict[str, Any]], concurrency: int) -
         **{key: median[key] for key in ("output_tok_per_s", "req_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                                          "itl_p50_s", "e2el_p50_s", "e2el_p99_s", "ready_s")},
         "stats": stats,
+        "vcpus_per_replica": os.cpu_count(),
+        "server_busy_vcpus": spread(r["cpu"]["server_cpu_s"] / r["cpu"]["wall_s"] for r in used if r["cpu"]["wall_s"]),
         "cpu_s_per_1k_output_tokens": {g: spread(dig(r, "cpu.cpu_s_per_1k_output_tokens")[g] for r in used)
                                        for g in GROUPS},
         "runs": [{k: v for k, v in r.items() if k not in ("answers", "load_curve")} for r in runs],
@@ -71,13 +81,15 @@ def comparisons(results: Mapping[str, dict[str, Any]]) -> tuple[dict[str, Any], 
     """Ratios of medians to each system's baseline, and the targets with pass/fail."""
     ratios: dict[str, Any] = {}
     targets: dict[str, Any] = {}
-    for mine, base in PAIRS:
+    for mine, base in PAIRS + SIDE_PAIRS:
         if mine not in results or base not in results:
             continue
         ours, theirs = results[mine], results[base]
         ratios[f"{mine}/{base}"] = {key: ratio(ours[key], theirs[key]) for key in RATIO_KEYS}
         extra = None if ours["ready_s"] is None or theirs["ready_s"] is None else ours["ready_s"] - theirs["ready_s"]
         ratios[f"{mine}/{base}"]["ready_s_minus_baseline"] = extra
+        if (mine, base) in SIDE_PAIRS:
+            continue
         targets[mine] = {
             "output_tok_per_s_ratio": target(ratios[f"{mine}/{base}"]["output_tok_per_s"], ">=", MIN_TOK_RATIO,
                                              f"output tok/s median / {base}'s"),
@@ -89,18 +101,34 @@ def comparisons(results: Mapping[str, dict[str, Any]]) -> tuple[dict[str, Any], 
     return ratios, targets
 
 
-def quantization_factor(results: Mapping[str, dict[str, Any]], workload: Mapping[str, Any], measured_on: str,
-                        command: str) -> dict[str, Any] | None:
-    """`factors.quantization` when both `app` and `int8` have a throughput."""
-    app, int8 = results.get("app"), results.get("int8")
-    value = ratio(int8 and int8["output_tok_per_s"], app and app["output_tok_per_s"], 4)
-    if not value:
-        return None
-    return factor(value, (
-        f"output tok/s of this app on the W8A8 INT8 checkpoint ({int8['description']}, quantization "
-        f"{int8['quantization']}) over this app unquantized ({app['description']}, dtype as resolved on this CPU); "
-        f"medians of {workload['repeats']} interleaved repeats of {workload['requests']} streamed chat requests x "
-        f"{workload['max_tokens']} tokens (ignore_eos, greedy), {workload['concurrency']} concurrent"), measured_on, command)
+QUANTIZATION_PAIRS = (("int8", "app"), ("vllm-int8", "vllm"))
+"""(quantized, unquantized) systems a quantization factor may compare, in order of preference."""
+QUANTIZATION_KEYS = frozenset({"model", "engine.quantization"})
+"""The settings a quantized config may differ in from its unquantized pair: the checkpoint and its quantization."""
+
+
+def quantization_factor(results: Mapping[str, dict[str, Any]], settings: Mapping[str, Mapping[str, Any]],
+                        workload: Mapping[str, Any], command: str) -> tuple[dict[str, Any] | None, str]:
+    """`factors.quantization` from the first pair of systems that both have a
+    throughput and whose settings differ only in quantization; else None and why."""
+    reasons = []
+    for quantized, plain in QUANTIZATION_PAIRS:
+        q, p = results.get(quantized), results.get(plain)
+        value = ratio(q and q["output_tok_per_s"], p and p["output_tok_per_s"], 4)
+        if not value or q is None or p is None:
+            reasons.append(f"{quantized}/{plain}: not both measured")
+            continue
+        other = sorted(set(differing({quantized: settings[quantized], plain: settings[plain]})) - QUANTIZATION_KEYS)
+        if other:
+            reasons.append(f"{quantized}/{plain}: settings differ beyond quantization ({', '.join(other)})")
+            continue
+        runs = min(q["valid_runs"], p["valid_runs"]) or min(q["measured_runs"], p["measured_runs"])
+        return factor("quantization", value, (
+            f"output tok/s of {quantized} ({q['description']}, quantization {q['quantization']}) over {plain} "
+            f"({p['description']}), settings otherwise equal; medians of {workload['repeats']} interleaved repeats "
+            f"of {workload['requests']} streamed chat requests x {workload['max_tokens']} tokens (ignore_eos, "
+            f"greedy), {workload['concurrency']} concurrent"), runs, command), ""
+    return None, "; ".join(reasons)
 
 
 def answers_block(systems: Sequence[System], runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
@@ -134,6 +162,8 @@ def print_summary(summary: Mapping[str, Any]) -> None:
         print("answers correct:", summary["answers"]["correct"])
     if summary.get("factors"):
         print("factors:", {k: v["value"] for k, v in summary["factors"].items()})
+    for name, why in (summary.get("factors_not_emitted") or {}).items():
+        print(f"factor {name} not emitted: {why}")
     if not summary["valid"]:
         print("INVALID runs (client starved; excluded from the medians):")
         for bad in summary["invalid_runs"]:

@@ -8,12 +8,16 @@ Baseline (`benchmarks/throughput.py`'s JSON), one entry of `results` picked by
   throughput and concurrency are divided by it to get one replica's;
 - `results[].load_curve` (optional): `[{"concurrency": n, "output_tok_per_s": x}]`,
   one replica's output tok/s at n concurrent streams (more points: a better curve);
-- `workload.concurrency`, `workload.max_tokens`; `engine.quantization` (not null:
-  the engine ran quantized).
+- `results[].quantization` (not null: that target's engine ran quantized; read
+  per result, never from the file's top level);
+- `results[].vcpus_per_replica` (optional): the vCPUs one replica of the target
+  held while it was measured (the planner prices a CPU replica by it);
+- `workload.concurrency`, `workload.max_tokens`; `provenance.cpu` (or `machine`):
+  the hardware it ran on.
 
-Factors (any benchmark JSON): a top-level `factors` object,
-`{"<name>": {"value": float, "definition": str, "measured_on": str, "command": str}}`;
-the planner uses the names in `FACTORS`.
+Factors (any benchmark JSON): a top-level `factors` object of `MeasuredFactor`s
+(without `source`); the planner uses the names in `FACTORS`, each only with the
+metric its entry names and from at least its `min_runs` runs.
 """
 
 from __future__ import annotations
@@ -23,51 +27,109 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+HardwareKind = Literal["cpu", "gpu"]
+
+
+@dataclass(frozen=True)
+class FactorSpec:
+    """What the planner accepts under one factor name."""
+
+    meaning: str
+    metric: str
+    """The `metric` a file's entry must name (another measurement under the same name is refused)."""
+    ratio: bool
+    """A ratio of throughputs or capacities (must be > 0); else seconds (any sign, never clamped)."""
+    min_runs: int
+    """Fewest runs the value may rest on."""
+
 
 FACTORS = {
-    "quantization": "throughput of the quantized engine over the unquantized one, same benchmark",
-    "length_scheduling": "throughput with length-aware scheduling over none at the same latency target "
-                         "(mixed-workload benchmark)",
-    "spot_resume_overhead_s": "seconds of extra latency per stream resumed after a replica is lost (fault test)",
+    "quantization": FactorSpec(
+        "output tok/s of the quantized engine over the unquantized one, in configs that differ only in "
+        "quantization (same benchmark)", "throughput_ratio", True, 1),
+    "length_scheduling": FactorSpec(
+        "capacity at an SLO with length-aware scheduling over without: the highest offered rate at which each "
+        "system meets the stated goodput (mixed-workload benchmark)", "capacity_at_slo_ratio", True, 1),
+    "spot_resume_overhead_s": FactorSpec(
+        "extra end-to-end seconds per stream resumed or re-sent after a Spot node is lost under load, over an "
+        "uninterrupted run of the same streams (fault test), over several runs", "extra_e2el_s_per_resumed_stream",
+        False, 3),
 }
-"""Factor names the planner reads, with what each means."""
+"""Factor names the planner reads, with what each means and must be."""
+
+
+class Hardware(BaseModel):
+    """What a measurement ran on."""
+
+    kind: HardwareKind
+    """CPU or GPU: a factor measured on one is not evidence for the other."""
+    model: str = Field(min_length=1)
+    """The CPU or GPU model."""
 
 
 class MeasuredFactor(BaseModel):
     """One entry of a benchmark JSON's `factors`, and the file it came from."""
 
-    value: float = Field(ge=0)
+    value: float
     """The measured value (a ratio, or seconds for `*_s`)."""
+    metric: str
+    """Which measurement this is (`FACTORS[name].metric`)."""
     definition: str = Field(min_length=1)
     """What was divided by what, or what was timed."""
     measured_on: str = Field(min_length=1)
+    """The CPU or GPU it ran on, with its flags, in words."""
+    hardware: Hardware
     """The CPU or GPU it ran on."""
     command: str = Field(min_length=1)
     """The command that measured it."""
+    runs: int = Field(ge=1)
+    """Runs (repeats) the value rests on."""
+    basis: Literal["measured", "derived"] = "measured"
+    """Measured as named, or derived from a measurement under `assumption`."""
+    assumption: str | None = None
+    """What a derived value assumes (required for `derived`)."""
     source: str
     """The JSON file it was read from."""
 
+    @model_validator(mode="after")
+    def _derived_says_why(self) -> MeasuredFactor:
+        if self.basis == "derived" and not self.assumption:
+            raise ValueError("a derived factor states its assumption")
+        return self
+
 
 def read_factors(paths: Iterable[Path]) -> tuple[dict[str, MeasuredFactor], list[str]]:
-    """The known factors in `paths` (each given by at most one file), and the
-    unknown ones as `name (file)`."""
+    """The usable factors in `paths` (each given by at most one file), and the
+    others as `name (file): why not used`."""
     found: dict[str, MeasuredFactor] = {}
-    unknown: list[str] = []
+    unused: list[str] = []
     for path in dict.fromkeys(Path(p) for p in paths):
         for name, entry in (json.loads(path.read_text()).get("factors") or {}).items():
-            if name not in FACTORS:
-                unknown.append(f"{name} ({path})")
+            spec = FACTORS.get(name)
+            if spec is None:
+                unused.append(f"{name} ({path}): not a factor the planner knows")
                 continue
             if name in found:
                 raise ValueError(f"factor {name!r} is in both {found[name].source} and {path}: pass one")
-            factor = MeasuredFactor.model_validate({**entry, "source": str(path)})
-            if factor.value == 0 and not name.endswith("_s"):
-                raise ValueError(f"{path}: factor {name!r} is a throughput ratio and cannot be 0")
-            found[name] = factor
-    return found, unknown
+            try:
+                factor = MeasuredFactor.model_validate({**entry, "source": str(path)})
+            except ValidationError as exc:  # an older or foreign entry: said, not used
+                fields = ", ".join(".".join(map(str, e["loc"])) or e["msg"] for e in exc.errors())
+                unused.append(f"{name} ({path}): not a factor entry this planner reads ({fields})")
+                continue
+            if spec.ratio and factor.value <= 0:
+                raise ValueError(f"{path}: factor {name!r} is a ratio and must be > 0, not {factor.value}")
+            if factor.metric != spec.metric:
+                unused.append(f"{name} ({path}): measures {factor.metric}, not {spec.metric}")
+            elif factor.runs < spec.min_runs:
+                unused.append(f"{name} ({path}): {factor.runs} run(s), fewer than {spec.min_runs}")
+            else:
+                found[name] = factor
+    return found, unused
 
 
 @dataclass(frozen=True)
@@ -111,11 +173,15 @@ class Baseline:
     latency_p99_s: float | None
     ttft_p50_s: float | None
     quantization: str | None
-    """The engine's quantization (None: unquantized)."""
+    """The target's engine quantization (None: unquantized)."""
     curve: LoadCurve | None
     """Throughput by concurrency (None: the file gives no concurrency)."""
     source: str
     """`file:target`."""
+    hardware: Hardware | None = None
+    """What it ran on (None: the file does not say)."""
+    vcpus_per_replica: float | None = None
+    """vCPUs one replica held while measured (None: not recorded)."""
 
 
 def read_baseline(path: Path, target: str | None = None, slo_p99_s: float | None = None) -> Baseline:
@@ -149,7 +215,16 @@ def read_baseline(path: Path, target: str | None = None, slo_p99_s: float | None
         latency_p50_s=chosen.get("latency_p50_s"),
         latency_p99_s=chosen.get("latency_p99_s"),
         ttft_p50_s=chosen.get("ttft_p50_s"),
-        quantization=(data.get("engine") or {}).get("quantization"),
+        quantization=chosen.get("quantization"),
         curve=LoadCurve(tuple(sorted(points)), source) if points else None,
         source=source,
+        hardware=hardware_of(data),
+        vcpus_per_replica=chosen.get("vcpus_per_replica"),
     )
+
+
+def hardware_of(data: dict[str, Any]) -> Hardware | None:
+    """The CPU a benchmark JSON says it ran on (`provenance.cpu`, or the older `machine`)."""
+    cpu = (data.get("provenance") or {}).get("cpu") or {}
+    model = cpu.get("model") or (data.get("machine") or {}).get("cpu")
+    return Hardware(kind="cpu", model=model) if model else None

@@ -3,9 +3,13 @@ factors and dated prices, over a diurnal traffic profile.
 
 Setups: the on-demand baseline, then each of + quantization, + length-aware
 scheduling and + Spot mix alone, and all combined. Every number that enters a
-setup is a `PlanFactor` with a source: a benchmark file, or the words "not
-measured" (a throughput factor then counts as 1.0) or "assumed" (an operator
-input). Published figures sit in their own column and are never used.
+setup is a `PlanFactor` with a source: a benchmark file (measured, or derived
+from a measurement under a stated assumption), or the words "not measured" (a
+throughput factor then counts as 1.0 and the setups that use it say they are
+unpriced by it) or "assumed" (an operator input). Published figures sit in their
+own column and are never used. A factor or baseline measured on other hardware
+(a CPU factor for a GPU instance type) is refused unless the caller allows it,
+and then flagged on every line that shows it.
 
 Ceilings: each hour of the day gets whole replicas (`ceil(rate / per-replica
 rate)`), each capacity type whole instances (`ceil(replicas x instance share)`);
@@ -23,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from serve_app.config.cost import HostedModelPrice, ReplicaShape
-from serve_app.cost.measured import FACTORS, Baseline, MeasuredFactor
+from serve_app.cost.measured import FACTORS, Baseline, Hardware, HardwareKind, MeasuredFactor
 from serve_app.cost.prices import Prices
 
 HOURS_PER_MONTH = 730.0
@@ -44,40 +48,68 @@ PUBLISHED = {
 SPOT_TERMS = ("spot_interruptions_per_hour", "spot_lost_work_s", "spot_replacement_s")
 
 
+SPOT_LOST_WORK_ASSUMPTION = (
+    "a lost replica's streams resume elsewhere, each this many seconds later, and they ran together in one batch, "
+    "so the replica loses about this many replica-seconds of work per interruption")
+"""How `spot_lost_work_s` is derived from the fault test's measured resume overhead."""
+
+
 @dataclass(frozen=True)
 class PlanFactor:
     """A number a setup uses, and where it came from."""
 
     value: float
-    basis: Literal["measured", "not measured", "assumed"]
-    """Measured (in a benchmark file); not measured (a ratio: 1.0); assumed (an operator input)."""
+    basis: Literal["measured", "derived", "not measured", "assumed"]
+    """Measured (in a benchmark file); derived (from a measured one, under `assumption`); not measured
+    (a ratio: 1.0, and the setup says so); assumed (an operator input)."""
     source: str
     """The benchmark file, or what "not measured" / "assumed" means here."""
     definition: str = ""
     measured_on: str = ""
     command: str = ""
+    assumption: str = ""
+    warning: str = ""
+    """Set when the factor was measured on other hardware than the plan prices (or the file does not say)."""
 
 
-def from_measurement(factor: MeasuredFactor) -> PlanFactor:
-    return PlanFactor(factor.value, "measured", factor.source, factor.definition, factor.measured_on, factor.command)
+def hardware_warning(measured: Hardware | None, target: HardwareKind, what: str, allow: bool) -> str:
+    """'' when `measured` is the `target` kind; else a loud warning (with `allow`) or ValueError."""
+    if measured is not None and measured.kind == target:
+        return ""
+    if measured is None:
+        return f"{what}: hardware not recorded; priced as a {target} instance type"
+    message = f"{what} was measured on {measured.kind} ({measured.model}), applied to a {target} instance type"
+    if not allow:
+        raise ValueError(f"{message}: measure it on {target}, or pass --allow-other-hardware to use it flagged")
+    return message.upper()
+
+
+def from_measurement(name: str, factor: MeasuredFactor, target: HardwareKind, allow: bool) -> PlanFactor:
+    return PlanFactor(factor.value, factor.basis, factor.source, factor.definition, factor.measured_on,
+                      factor.command, factor.assumption or "", hardware_warning(factor.hardware, target, name, allow))
 
 
 def plan_factors(baseline: Baseline, measured: Mapping[str, MeasuredFactor], interruptions_per_day: float,
-                 lost_work_s: float, replacement_s: float) -> dict[str, PlanFactor]:
+                 lost_work_s: float, replacement_s: float, target: HardwareKind = "cpu",
+                 allow_other_hardware: bool = False) -> dict[str, PlanFactor]:
     """Every factor a setup may use: measured where a file gives it, else 1.0 (a
-    ratio, "not measured") or the operator's input ("assumed")."""
+    ratio, "not measured") or the operator's input ("assumed"); each checked
+    against the `target` hardware the plan prices."""
     factors = {"baseline_output_tokens_per_s": PlanFactor(
-        baseline.output_tokens_per_s, "measured", baseline.source, "one replica's output tokens/s")}
-    for name, why in (("quantization", "FP8 needs a GPU"), ("length_scheduling", "the mixed-workload benchmark")):
-        factors[name] = from_measurement(measured[name]) if name in measured else PlanFactor(
-            1.0, "not measured", f"no file gives factors.{name} ({why}): 1.0 used", FACTORS[name])
+        baseline.output_tokens_per_s, "measured", baseline.source, "one replica's output tokens/s",
+        warning=hardware_warning(baseline.hardware, target, "the baseline", allow_other_hardware))}
+    for name, why in (("quantization", "FP8 needs a GPU"),
+                      ("length_scheduling", "capacity at an SLO from the mixed-workload benchmark")):
+        factors[name] = from_measurement(name, measured[name], target, allow_other_hardware) if name in measured \
+            else PlanFactor(1.0, "not measured", f"UNMEASURED: no file gives factors.{name} ({why}); the setups "
+                                                 "using it are priced as if it were 1.0", FACTORS[name].meaning)
     resume = measured.get("spot_resume_overhead_s")
     factors["spot_lost_work_s"] = PlanFactor(
-        resume.value, "measured", resume.source,
-        "spot_resume_overhead_s: a lost replica's streams resume elsewhere, each this much later, so a full "
-        "replica loses this many replica-seconds", resume.measured_on, resume.command,
+        resume.value, "derived", resume.source, "spot_resume_overhead_s as replica-seconds lost per interruption",
+        resume.measured_on, resume.command, SPOT_LOST_WORK_ASSUMPTION,
+        hardware_warning(resume.hardware, target, "spot_resume_overhead_s", allow_other_hardware),
     ) if resume else PlanFactor(lost_work_s, "assumed", f"--spot-lost-work-s {lost_work_s:g} "
-                                                          "(no file gives factors.spot_resume_overhead_s)")
+                                                          "(no file gives a usable factors.spot_resume_overhead_s)")
     factors["spot_interruptions_per_hour"] = PlanFactor(
         interruptions_per_day / 24, "assumed", f"--spot-interruptions-per-day {interruptions_per_day:g}")
     factors["spot_replacement_s"] = PlanFactor(replacement_s, "assumed", f"--spot-replacement-s {replacement_s:g}")
@@ -157,8 +189,9 @@ def plan_setup(setup: Setup, unquantized_rps: float, rates: list[float], prices:
         "fluid_monthly_usd": round(fluid_usd * days, 2),
         "cost_per_1k_requests_usd": round(1000 * monthly / requests, 6),
         "cost_per_1m_output_tokens_usd": round(1e6 * monthly / (requests * output_tokens), 4),
-        "factors": {name: {"value": factors[name].value, "basis": factors[name].basis, "source": factors[name].source}
-                    for name in used},
+        "factors": {name: {"value": factors[name].value, "basis": factors[name].basis, "source": factors[name].source,
+                           "warning": factors[name].warning} for name in used},
+        "unmeasured": [name for name in used if factors[name].basis == "not measured"],
         "price_as_of": prices.provenance(quotes)["as_of"],
         "published": PUBLISHED.get(setup.name),
         "hourly_replicas": replicas,
@@ -175,7 +208,8 @@ def plan(baseline: Baseline, factors: Mapping[str, PlanFactor], rates: list[floa
                        / (factors["quantization"].value if quantized else 1.0))
     spot_hourly = prices.instance_hourly_usd(shape.instance_type, spot=True)
     return {
-        "baseline": {**{k: v for k, v in asdict(baseline).items() if k != "curve"},
+        "baseline": {**{k: v for k, v in asdict(baseline).items() if k not in ("curve", "hardware")},
+                     "hardware": baseline.hardware.model_dump() if baseline.hardware else None,
                      "unquantized_per_replica_rps": round(unquantized_rps, 4)},
         "factors": {name: asdict(factor) for name, factor in factors.items()},
         "traffic": {"hourly_rps": [round(r, 4) for r in rates], "mean_output_tokens": output_tokens,

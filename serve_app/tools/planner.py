@@ -2,13 +2,17 @@
 
     serve-app plan --baseline results/throughput.json --measured results/mixed_workload.json \\
         --measured results/fault_spot.json --requests-per-month 30e6 --mean-output-tokens 200 \\
-        --instance-type g6e.xlarge --out results/plan
+        --instance-type m7i.2xlarge --out results/plan
 
 The baseline is one replica's throughput from `benchmarks/throughput.py`'s JSON;
 throughput factors and the Spot resume overhead come from the `factors` of any
 benchmark JSON given (the baseline's included); a factor no file gives is shown
-as not measured and counts as 1.0. Prices come from the built-in price book or
-`--prices`, with their dates. The arithmetic is `serve_app.cost.plan`'s.
+as UNMEASURED and counts as 1.0, and so do the setups that use it. A baseline
+or factor measured on a CPU is refused for a GPU instance type (and the other
+way round) unless `--allow-other-hardware`, which flags it on every line. A CPU
+replica is priced at the vCPUs the benchmark's replica held
+(`results[].vcpus_per_replica`), never fewer. Prices come from the built-in
+price book or `--prices`, with their dates. The arithmetic is `serve_app.cost.plan`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from serve_app.config.cost import PriceTable, ReplicaShape
-from serve_app.cost.measured import read_baseline, read_factors
+from serve_app.cost.measured import Baseline, read_baseline, read_factors
 from serve_app.cost.plan import hourly_rates, plan, plan_factors
 from serve_app.cost.prices import PRICE_BOOK, Prices, load_price_book
 
@@ -38,9 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offpeak-rps", type=float, help="with --peak-rps (default: the profile's ~9x trough)")
     parser.add_argument("--mean-output-tokens", type=float, help="default: the baseline's max_tokens")
     parser.add_argument("--prices", type=Path, default=PRICE_BOOK, help="price book YAML (default: the built-in)")
-    parser.add_argument("--instance-type", default="g6e.xlarge")
+    parser.add_argument("--instance-type", default="m7i.2xlarge")
     parser.add_argument("--gpus-per-replica", type=float)
-    parser.add_argument("--vcpus-per-replica", type=float)
+    parser.add_argument("--vcpus-per-replica", type=float,
+                        help="CPU instance types: default (and least) the vCPUs the baseline's replica held")
+    parser.add_argument("--allow-other-hardware", action="store_true",
+                        help="use a baseline or factor measured on other hardware (CPU for a GPU type), flagged")
     parser.add_argument("--spot-share", type=float, default=0.7)
     parser.add_argument("--spot-interruptions-per-day", type=float, default=0.5,
                         help="per Spot instance; conservative for GPU Spot (set from your own history)")
@@ -65,18 +72,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def replica_vcpus(given: float | None, baseline: Baseline, gpu: bool) -> float | None:
+    """The vCPUs a CPU replica is priced at: what the benchmark's replica held, or more."""
+    if gpu or baseline.vcpus_per_replica is None:
+        return given
+    if given is not None and given < baseline.vcpus_per_replica:
+        raise ValueError(f"--vcpus-per-replica {given:g} is below the {baseline.vcpus_per_replica:g} vCPUs the "
+                         f"measured replica held ({baseline.source}): that would understate its cost")
+    return baseline.vcpus_per_replica if given is None else given
+
+
 def make_plan(args: argparse.Namespace) -> dict[str, Any]:
     book = load_price_book(args.prices)
-    shape = ReplicaShape(instance_type=args.instance_type, gpus_per_replica=args.gpus_per_replica,
-                         vcpus_per_replica=args.vcpus_per_replica)
-    prices = Prices.resolve(PriceTable(replicas={"plan": shape}), book)
     baseline = read_baseline(args.baseline, args.target, args.slo_p99_s)
+    instance = book.instances.get(args.instance_type)
+    gpu = instance is not None and instance.gpus > 0
+    shape = ReplicaShape(instance_type=args.instance_type, gpus_per_replica=args.gpus_per_replica,
+                         vcpus_per_replica=replica_vcpus(args.vcpus_per_replica, baseline, gpu))
+    prices = Prices.resolve(PriceTable(replicas={"plan": shape}), book)
     measured, unknown = read_factors([args.baseline, *args.measured])
     output_tokens = args.mean_output_tokens or baseline.max_tokens
     if output_tokens is None:
         raise ValueError("--mean-output-tokens is needed: the baseline does not say its max_tokens")
     factors = plan_factors(baseline, measured, args.spot_interruptions_per_day, args.spot_lost_work_s,
-                           args.spot_replacement_s)
+                           args.spot_replacement_s, "gpu" if gpu else "cpu", args.allow_other_hardware)
     rates = hourly_rates(args.requests_per_month, args.peak_rps, args.offpeak_rps)
     return {**plan(baseline, factors, rates, prices, shape, output_tokens, args.spot_share, book.hosted_models),
             "unused_factors": unknown}
@@ -92,6 +111,10 @@ def print_plan(result: dict[str, Any]) -> None:
     for name, factor in result["factors"].items():
         basis = "" if factor["basis"] == "measured" else f"{factor['basis'].upper()}: "
         print(f"  {name:<30}{factor['value']:>10.4g}  {basis}{factor['source']}")
+        if factor["assumption"]:
+            print(f"  {'':<30}{'':>10}  assuming {factor['assumption']}")
+        if factor["warning"]:
+            print(f"  {'':<30}{'':>10}  !!! {factor['warning']}")
     for instance_type, quotes in result["prices"]["quotes"].items():
         for kind, quote in quotes.items():
             print(f"price: {instance_type} {kind} ${quote['hourly_usd']}/h, {quote['region']}, as of "
@@ -104,12 +127,13 @@ def print_plan(result: dict[str, Any]) -> None:
         published = f"{s['published']['figure']} ({s['published']['source'].split(' (')[0]})" if s["published"] else ""
         print(f"{s['name']:<27}{s['peak_replicas']:>10}{s['monthly_usd']:>12,.2f}{s['fluid_monthly_usd']:>12,.2f}"
               f"{s['cost_per_1k_requests_usd']:>12.4f}{s['cost_per_1m_output_tokens_usd']:>12.2f}"
-              f"  {','.join(s['price_as_of']):<12} {published}")
+              f"  {','.join(s['price_as_of']):<12} {published}"
+              + (f"  [UNMEASURED: {', '.join(s['unmeasured'])} taken as 1.0]" if s["unmeasured"] else ""))
     for name, hosted in result["hosted_models"].items():
         print(f"hosted {name}: ${hosted['usd_per_1m_output_tokens']}/1M output tokens "
               f"(+${hosted['usd_per_1m_input_tokens']}/1M input), as of {hosted['as_of']}, {hosted['source']}")
     if result["unused_factors"]:
-        print(f"factors in the files the plan does not use: {', '.join(result['unused_factors'])}")
+        print("factors in the files the plan does not use:\n  " + "\n  ".join(result["unused_factors"]))
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -142,7 +166,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     per_token.set_title("self-hosted cost per 1M output tokens")
     if result["hosted_models"]:
         per_token.legend()
-    lines = [f"{name}: {f['value']:.4g} ({f['basis']}) {f['source']}" for name, f in result["factors"].items()]
+    lines = [f"{name}: {f['value']:.4g} ({f['basis']}) {f['source']}" + (f" !!! {f['warning']}" if f["warning"] else "")
+             for name, f in result["factors"].items()]
     lines.append(f"prices as of {', '.join(result['prices']['as_of'])}")
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", family="monospace")
     fig.tight_layout(rect=(0, 0.03 + 0.025 * len(lines), 1, 1))

@@ -19,8 +19,9 @@ from tests.conftest import REPO
 def fake_registry(*_args, **_kwargs):
     def make(name, **flags):
         quantization = "compressed-tensors" if "int8" in name else None
+        settings = {"server": "fake", "engine.quantization": quantization, "stream_interval": 4 if "vllm" in name else 1}
         return systems.System(name, lambda: FakeServer(REPO, startup_timeout_s=60), f"fake {name}",
-                              {"model": "fake", "quantization": quantization}, **flags)
+                              {"model": "fake", "quantization": quantization}, settings=settings, **flags)
 
     return {"app": make("app", uses_template=True), "nobuckets": make("nobuckets", uses_template=True),
             "int8": make("int8", uses_template=True), "vllm": make("vllm"), "vllm-int8": make("vllm-int8"),
@@ -61,6 +62,20 @@ def test_throughput_one_invocation(tmp_path, monkeypatch, capsys):
     assert read_baseline(out.with_suffix(".json")).output_tokens_per_s == app["output_tok_per_s"]
     factors, _ = read_factors([out.with_suffix(".json")])
     assert factors["quantization"].value > 0 and "flags" in factors["quantization"].measured_on
+    assert factors["quantization"].hardware.kind == "cpu" and factors["quantization"].runs == 2
+    assert_provenance(data, {"app", "vllm", "int8"})
+    assert app["vcpus_per_replica"] >= 1 and read_baseline(out.with_suffix(".json")).vcpus_per_replica >= 1
+
+
+def assert_provenance(data, names):
+    """Every benchmark JSON can be traced: commit, CPU and flags, command, dtype, each system's settings."""
+    prov = data["provenance"]
+    assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
+    assert prov["cpu"]["model"] and isinstance(prov["cpu"]["flags"], list) and "native_bf16" in prov["cpu"]
+    assert prov["command"].startswith(".venv/bin/python") and prov["dtype"]
+    assert set(prov["systems"]) == names
+    assert data["settings_differ"]["stream_interval"] == {
+        name: prov["systems"][name]["stream_interval"] for name in names}
 
 
 def test_mixed_workload_one_invocation(tmp_path, monkeypatch, capsys):
@@ -82,8 +97,18 @@ def test_mixed_workload_one_invocation(tmp_path, monkeypatch, capsys):
     assert set(data["ratios_to_vllm"]["0.9"]) == {"app", "nobuckets", "vllm-priority", "rayllm"}
     assert set(data["targets"]) == {"app", "app_vs_rayllm"}
     assert data["workload"]["short_requests"]["met_per_run"] is False
-    assert data["factors"]["length_scheduling"]["value"] > 0
-    assert read_factors([out.with_suffix(".json")])[0]["length_scheduling"].value > 0
+    # a length factor exactly when both capacities at the SLO are bracketed by the loads tried (fake servers
+    # usually meet the SLO at both loads; on a busy machine they may miss it at 0.9)
+    capacity = data["capacity_at_slo"]["systems"]
+    bracketed = all(capacity[s]["bracketed"] for s in ("app", "nobuckets"))
+    factors, unused = read_factors([out.with_suffix(".json")])
+    assert unused == []
+    if bracketed:
+        assert factors["length_scheduling"].value == pytest.approx(
+            capacity["app"]["capacity_req_per_s"] / capacity["nobuckets"]["capacity_req_per_s"], rel=1e-3)
+    else:
+        assert factors == {} and "not bracketed" in data["factors_not_emitted"]["length_scheduling"]
+    assert_provenance(data, {"app", "nobuckets", "vllm", "vllm-priority", "rayllm"})
     # calibration and the vllm baseline first, then one server per system, all loads each
     assert [r["system"] for r in data["runs"]][:2] == ["vllm", "vllm"]
     assert len(data["runs"]) == 10 and all(r["validity"]["valid"] for r in data["runs"])

@@ -10,7 +10,8 @@ import pytest
 from benchmarks import mixed_report as mr
 from benchmarks import throughput_report as tr
 from benchmarks.metrics import RequestRecord
-from benchmarks.report import dig, fmt_spread, measured_on, spread, target, usable_runs, validity
+from benchmarks.provenance import measured_on
+from benchmarks.report import dig, fmt_spread, spread, target, usable_runs, validity
 from benchmarks.systems import System
 from serve_app.cost.measured import read_baseline, read_factors
 
@@ -52,6 +53,7 @@ def run(repeat, tok_s, ttft, ready, valid=True, failed=0, e2el=(5.0, 6.0), cpu_e
                         "ttft_s": {"p50": ttft, "p99": ttft * 2}, "tpot_s": {"p50": 0.05}, "itl_s": {"p50": 0.04},
                         "e2el_s": {"p50": e2el[0], "p99": e2el[1]}},
             "loop_lag_s": {"p99": 0.01}, "cpu": {"client_machine_share": 0.02, "server_cpu_s_per_1k_output_tokens": 5,
+                                                 "server_cpu_s": 30.0, "wall_s": 20.0,
                                                  "cpu_s_per_1k_output_tokens": {g: 0.0 for g in tr.GROUPS}
                                                  | {"engine core": cpu_engine}}}
 
@@ -82,6 +84,7 @@ def test_a_result_takes_medians_of_valid_runs_and_keeps_the_planners_keys():
     assert app["cpu_s_per_1k_output_tokens"]["engine core"]["median"] == 4.0
     assert results["nobuckets"]["failed"] == 2 and results["nobuckets"]["failures"] == {"timeout": 2}
     assert "load_curve" not in results["vllm"]
+    assert app["server_busy_vcpus"]["median"] == 1.5 and app["vcpus_per_replica"] >= 1
 
 
 def test_ratios_and_targets_against_vllm():
@@ -97,27 +100,45 @@ def test_ratios_and_targets_against_vllm():
     assert "int8" not in targets  # no vllm-int8 measured
 
 
+SETTINGS = {name: {"model": "m", "engine.max_num_seqs": 32, "engine.quantization": None}
+            for name in ("app", "nobuckets", "vllm")} | {
+    "int8": {"model": "m-w8a8", "engine.max_num_seqs": 32, "engine.quantization": "compressed-tensors"}}
+
+
 def test_the_planner_reads_the_throughput_json_and_its_quantization_factor(tmp_path):
     _, results = entries()
     workload = {"requests": 96, "concurrency": 32, "max_tokens": 128, "repeats": 3}
-    factor = tr.quantization_factor(results, workload, "AMD EPYC, flags: avx2", "cmd")
+    factor, _ = tr.quantization_factor(results, SETTINGS, workload, "cmd")
     assert factor["value"] == pytest.approx(500 / 390, abs=1e-4)
+    assert factor["hardware"]["kind"] == "cpu" and factor["runs"] == 1 and factor["metric"] == "throughput_ratio"
     path = tmp_path / "throughput.json"
     path.write_text(json.dumps({"workload": workload, "engine": {"quantization": None},
                                 "results": list(results.values()), "factors": {"quantization": factor}}))
     base = read_baseline(path)
     assert (base.output_tokens_per_s, base.concurrency, base.max_tokens, base.quantization) == (390.0, 32, 128, None)
     assert base.curve.points == ((1, 30.0), (8, 200.0), (32, 390.0))
+    assert read_baseline(path, "int8").quantization == "compressed-tensors"
     found, unknown = read_factors([path])
     assert found["quantization"].value == factor["value"] and unknown == []
-    assert tr.quantization_factor({"app": results["app"]}, workload, "x", "y") is None
+    assert tr.quantization_factor({"app": results["app"]}, SETTINGS, workload, "y")[0] is None
 
 
-def mixed_run(system, load, repeat, short_p99, tok_s, long_p50=20.0, valid=True):
+def test_no_quantization_factor_from_configs_that_differ_in_more_than_quantization():
+    _, results = entries()
+    workload = {"requests": 96, "concurrency": 32, "max_tokens": 128, "repeats": 3}
+    unequal = {**SETTINGS, "int8": {**SETTINGS["int8"], "engine.max_num_seqs": 64}}
+    factor, why = tr.quantization_factor(results, unequal, workload, "cmd")
+    assert factor is None
+    assert why == ("int8/app: settings differ beyond quantization (engine.max_num_seqs); "
+                   "vllm-int8/vllm: not both measured")
+
+
+def mixed_run(system, load, repeat, short_p99, tok_s, long_p50=20.0, valid=True, goodput=None):
     return {"system": system, "load": load, "repeat": repeat,
             "validity": {"valid": valid, "reasons": [] if valid else ["send_lag_p99_s 0.4 (limit < 0.1)"]},
             "classes": {"short": {"e2el_s": {"p99": short_p99}, "ttft_s": {"p99": short_p99 / 2}},
-                        "long": {"e2el_s": {"p50": long_p50}}, "all": {"output_throughput": tok_s}}}
+                        "long": {"e2el_s": {"p50": long_p50}},
+                        "all": {"output_throughput": tok_s, "goodput": goodput}}}
 
 
 def mixed_stats():
@@ -154,9 +175,28 @@ def test_mixed_ratios_targets_and_factor():
         "short_e2el_p99_ratio": False, "short_e2el_p99_ratio_floor": True, "output_tok_per_s_ratio": False,
         "long_e2el_p50_ratio": False}
     assert all(t["pass"] is None for t in mr.targets_at(worse, 0.9)["app_vs_rayllm"].values())
-    factor = mr.length_scheduling_factor(stats, 0.9, "AMD EPYC", "cmd", 200, 2)
-    assert factor["value"] == pytest.approx(105 / 100)
-    assert mr.length_scheduling_factor(stats, 0.5, "x", "y", 1, 1) is None
+
+
+def test_capacity_at_the_slo_is_the_highest_offered_rate_meeting_the_goodput_goal():
+    rates = {0.5: 2.0, 0.7: 2.8, 0.9: 3.6, 1.1: 4.4}
+    # goodput (req/s within the SLOs) per load; the goal is 90% of the offered rate
+    good = {"app": {0.5: 2.0, 0.7: 2.8, 0.9: 3.4, 1.1: 2.0}, "nobuckets": {0.5: 2.0, 0.7: 2.0, 0.9: 1.0, 1.1: 0.5},
+            "vllm": {0.5: 2.0, 0.7: 2.7, 0.9: 3.5, 1.1: 4.3}, "rayllm": {0.5: 1.0, 0.7: 1.0, 0.9: 1.0, 1.1: 1.0}}
+    stats = mr.aggregate([mixed_run(system, load, 1, 1.0, 100.0, goodput=g)
+                          for system, by_load in good.items() for load, g in by_load.items()])
+    capacity = mr.capacity_at_slo(stats, rates, 0.9)
+    assert (capacity["app"]["capacity_req_per_s"], capacity["app"]["bracketed"]) == (3.6, True)  # 3.4 >= 3.24
+    assert (capacity["nobuckets"]["capacity_req_per_s"], capacity["nobuckets"]["bracketed"]) == (2.0, True)
+    assert (capacity["vllm"]["capacity_req_per_s"], capacity["vllm"]["bracketed"]) == (4.4, False)  # a lower bound
+    assert capacity["rayllm"]["capacity_req_per_s"] is None  # below the lowest rate tried
+    factor, why = mr.length_scheduling_factor(capacity, 0.9, "TTFT <= 1s", "cmd", 200, 3)
+    assert factor["value"] == pytest.approx(3.6 / 2.0) and factor["metric"] == "capacity_at_slo_ratio" and not why
+    assert factor["runs"] == 3 and "goodput (TTFT <= 1s) was at least 90%" in factor["definition"]
+    unbracketed = {**capacity, "app": capacity["vllm"]}
+    factor, why = mr.length_scheduling_factor(unbracketed, 0.9, "x", "cmd", 200, 3)
+    assert factor is None and "not bracketed for app" in why
+    # the old definition, tok/s at one offered load, gives no factor at all any more
+    assert mr.length_scheduling_factor({}, 0.9, "x", "cmd", 200, 3)[0] is None
 
 
 def test_mixed_class_summaries_and_compact_records():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from serve_app.config import PriceTable, ReplicaShape
-from serve_app.cost.measured import Baseline, MeasuredFactor
+from serve_app.cost.measured import FACTORS, Baseline, Hardware, MeasuredFactor
 from serve_app.cost.plan import (
     DIURNAL_SHAPE,
     HOURS_PER_MONTH,
@@ -30,8 +30,12 @@ def baseline(tok_s=100.0, quantization=None) -> Baseline:
     return Baseline(tok_s, tok_s / 100, 32, 100, 5.0, 9.0, 0.3, quantization, None, "tp.json:serve-run")
 
 
-def measured(**values) -> dict[str, MeasuredFactor]:
-    return {name: MeasuredFactor(value=value, definition="d", measured_on="cpu", command="c", source=f"{name}.json")
+CPU = Hardware(kind="cpu", model="AMD EPYC")
+
+
+def measured(kind="cpu", **values) -> dict[str, MeasuredFactor]:
+    return {name: MeasuredFactor(value=value, metric=FACTORS[name].metric, definition="d", measured_on="cpu",
+                                 hardware=Hardware(kind=kind, model="m"), command="c", runs=3, source=f"{name}.json")
             for name, value in values.items()}
 
 
@@ -89,10 +93,13 @@ def test_an_unmeasured_factor_is_1_and_says_so_never_the_published_figure():
     assert {s["peak_replicas"] for s in result["setups"]} == {10}  # nothing measured: nothing gained
     for name in ("quantization", "length_scheduling"):
         factor = result["factors"][name]
-        assert factor["value"] == 1.0 and factor["basis"] == "not measured" and "1.0 used" in factor["source"]
+        assert factor["value"] == 1.0 and factor["basis"] == "not measured" and "UNMEASURED" in factor["source"]
     assert result["factors"]["spot_lost_work_s"]["basis"] == "assumed"
     by_name = {s["name"]: s for s in result["setups"]}
     assert by_name["+ quantization"]["factors"]["quantization"]["basis"] == "not measured"
+    assert by_name["+ quantization"]["unmeasured"] == ["quantization"]
+    assert by_name["all combined"]["unmeasured"] == ["quantization", "length_scheduling"]
+    assert by_name["on-demand baseline"]["unmeasured"] == []
     # published figures sit in their own column, labelled, with a source
     for name, published in PUBLISHED.items():
         assert by_name[name]["published"] == published and published["source"]
@@ -121,3 +128,28 @@ def test_a_quantized_baseline_is_the_quantized_setup():
     assert result["baseline"]["unquantized_per_replica_rps"] == pytest.approx(1.0)
     assert result["setups"][1]["per_replica_rps"] == pytest.approx(1.6)
     assert "quantization" in result["setups"][0]["factors"]  # the unquantized baseline is derived with it
+
+
+def test_spot_lost_work_is_derived_with_its_assumption_and_never_clamped():
+    result = run([10.0] * 24, spot_resume_overhead_s=-30.0, interruptions_per_day=24.0, replacement_s=300.0)
+    lost = result["factors"]["spot_lost_work_s"]
+    assert lost["basis"] == "derived" and lost["value"] == -30.0 and "replica-seconds" in lost["assumption"]
+    assert result["spot"]["useful_fraction"] == pytest.approx(1 - 1.0 * 270 / 3600)  # -30 s counts as measured
+
+
+def test_a_factor_from_other_hardware_is_refused_or_flagged_loudly():
+    cpu_base = Baseline(100.0, 1.0, 32, 100, 5.0, 9.0, 0.3, None, None, "tp.json:app", hardware=CPU)
+    gpu_factor = measured(kind="gpu", quantization=1.6)
+    with pytest.raises(ValueError, match="quantization was measured on gpu .* applied to a cpu instance type"):
+        plan_factors(cpu_base, gpu_factor, 0.0, 0.0, 0.0, target="cpu")
+    with pytest.raises(ValueError, match="the baseline was measured on cpu"):
+        plan_factors(cpu_base, {}, 0.0, 0.0, 0.0, target="gpu")
+    flagged = plan_factors(cpu_base, measured(quantization=1.6), 0.0, 0.0, 0.0, target="gpu",
+                           allow_other_hardware=True)
+    assert flagged["quantization"].warning == "QUANTIZATION WAS MEASURED ON CPU (M), APPLIED TO A GPU INSTANCE TYPE"
+    assert flagged["baseline_output_tokens_per_s"].warning.startswith("THE BASELINE WAS MEASURED ON CPU")
+    same = plan_factors(cpu_base, measured(quantization=1.6), 0.0, 0.0, 0.0, target="cpu")
+    assert same["quantization"].warning == "" and same["baseline_output_tokens_per_s"].warning == ""
+    unknown = plan_factors(baseline(), {}, 0.0, 0.0, 0.0, target="gpu")  # an old file: said, not refused
+    assert unknown["baseline_output_tokens_per_s"].warning == (
+        "the baseline: hardware not recorded; priced as a gpu instance type")

@@ -70,10 +70,10 @@ def test_validate_fails_on_an_unknown_instance_type(tmp_path):
 
 
 def test_plan_runs_with_its_options(tmp_path):
-    mixed = write(tmp_path / "mixed.json", {"factors": {"length_scheduling": factor(1.1)}})
+    mixed = write(tmp_path / "mixed.json", {"factors": {"length_scheduling": factor(1.1, "length_scheduling")}})
     out = tmp_path / "plan"
     done = serve_app("plan", "--baseline", str(throughput(tmp_path)), "--measured", str(mixed),
-                     "--requests-per-month", "30e6", "--mean-output-tokens", "200", "--instance-type", "g6e.xlarge",
+                     "--requests-per-month", "30e6", "--mean-output-tokens", "200", "--instance-type", "m7i.2xlarge",
                      "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "all combined" in done.stdout and "NOT MEASURED" in done.stdout

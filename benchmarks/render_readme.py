@@ -1,0 +1,148 @@
+"""Render the README's benchmark summary and docs/benchmarks.md's full tables
+from the committed result files, between marker comments, so no figure there
+can drift from a file that records its commit, CPU, command and settings.
+
+    .venv/bin/python benchmarks/render_readme.py           # rewrite both blocks
+    .venv/bin/python benchmarks/render_readme.py --check   # exit 1 if either is stale
+
+Every `benchmarks/results/*.json` is listed; the throughput and mixed-workload
+benchmarks' figures are rendered, other kinds by name and commit only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.report import fmt, fmt_spread  # noqa: E402
+from benchmarks.settings import settings_table  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+README = REPO / "README.md"
+DOC = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- results:begin (benchmarks/render_readme.py) -->", "<!-- results:end -->"
+"""The markers around each rendered block."""
+SUMMARY_FIGURES = {"output_tok_per_s": "output tok/s", "ttft_p50_s": "TTFT p50", "itl_p50_s": "ITL p50"}
+"""Throughput ratios the README's summary shows."""
+
+
+def load_results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
+    """Every result file, by its path relative to the repository, in name order."""
+    return {str(path.relative_to(REPO)): json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def commit_of(data: Mapping[str, Any]) -> str:
+    """`abcdef1234` (`-dirty` when the tree had uncommitted changes), or a note that it is not traceable."""
+    prov = data.get("provenance") or {}
+    git = prov.get("git") or prov  # benchmarks/provenance.py's block, or a flat `commit`/`dirty`
+    if not git.get("commit"):
+        return "no commit recorded (not traceable)"
+    return f"`{git['commit'][:10]}`" + ("-dirty" if git.get("dirty") else "")
+
+
+def where(path: str, data: Mapping[str, Any]) -> str:
+    cpu = (data.get("provenance") or {}).get("cpu") or {}
+    return f"[{Path(path).name}]({path}), {commit_of(data)}, {cpu.get('model', 'CPU not recorded')}"
+
+
+def throughput_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    repeats = (data.get("workload") or {}).get("repeats")
+    return [f"| throughput: {SUMMARY_FIGURES[key]} {pair} | {fmt(value)} | {repeats} repeats | {where(path, data)} |"
+            for pair, values in (data.get("ratios") or {}).items()
+            for key, value in values.items() if key in SUMMARY_FIGURES]
+
+
+def mixed_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    load = str((data.get("workload") or {}).get("target_load"))
+    repeats = (data.get("workload") or {}).get("repeats")
+    rows = [f"| mixed at {load} load: {figure} {system}/vllm | {fmt(value)} | {repeats} repeats | {where(path, data)} |"
+            for system, values in (data.get("ratios_to_vllm") or {}).get(load, {}).items()
+            for figure, value in values.items()]
+    capacity = (data.get("capacity_at_slo") or {}).get("systems") or {}
+    rows += [f"| mixed: capacity at the SLO, {system} (req/s) | {fmt(c['capacity_req_per_s'])}"
+             f"{'' if c['bracketed'] else ' (lower bound)'} | {repeats} repeats | {where(path, data)} |"
+             for system, c in capacity.items()]
+    return rows
+
+
+def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    return [f"| {data.get('benchmark', Path(path).stem)}: see the file | - | - | {where(path, data)} |"]
+
+
+ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
+    "throughput": throughput_rows, "mixed_workload": mixed_rows}
+"""Summary rows per benchmark kind (`benchmark` in the file)."""
+
+
+def summary(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """The README's block: one table of headline figures, each with its file and commit."""
+    if not results:
+        return ("No result file is committed yet (`benchmarks/results/`): every earlier figure is historical, "
+                "kept in [docs/benchmarks.md](docs/benchmarks.md) with what needs re-measuring.")
+    lines = ["| figure | value | runs | file, commit, CPU |", "|---|---|---|---|"]
+    for path, data in results.items():
+        lines += ROWS.get(data.get("benchmark", ""), other_rows)(path, data)
+    return "\n".join(lines)
+
+
+def full(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """docs/benchmarks.md's block: per file its command, per system its medians
+    [ranges], and the settings that differ between its systems."""
+    if not results:
+        return "No result file is committed yet (`benchmarks/results/`)."
+    parts = []
+    for path, data in results.items():
+        prov = data.get("provenance") or {}
+        parts.append(f"#### {Path(path).name}\n\n{where(path, data)}; dtype {', '.join(prov.get('dtype') or ['-'])}"
+                     f"\n\n```\n{prov.get('command', data.get('command', '(no command recorded)'))}\n```")
+        if data.get("benchmark") == "throughput":
+            rows = ["| system | output tok/s | TTFT p50 | ITL p50 | TPOT p50 | valid runs |", "|---|---|---|---|---|---|"]
+            rows += [f"| `{r['target']}` | " + " | ".join(fmt_spread(r["stats"][k]) for k in (
+                "output_tok_per_s", "ttft_p50_s", "itl_p50_s", "tpot_p50_s")) + f" | {r['valid_runs']}/{r['repeats']} |"
+                for r in data.get("results") or []]
+            parts.append("\n".join(rows))
+        if prov.get("systems"):
+            parts.append(settings_table(prov["systems"]))
+    return "\n\n".join(parts)
+
+
+def replace_block(text: str, block: str, name: str) -> str:
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if len(pattern.findall(text)) != 1:
+        raise SystemExit(f"{name}: needs exactly one {BEGIN} ... {END} block")
+    return pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text)
+
+
+def rendered(results: Mapping[str, Mapping[str, Any]]) -> dict[Path, str]:
+    """Each document's text with its block rendered from `results`."""
+    return {README: replace_block(README.read_text(), summary(results), "README.md"),
+            DOC: replace_block(DOC.read_text(), full(results), "docs/benchmarks.md")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a rendered block differs from the files")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in rendered(load_results()).items():
+        if path.read_text() != text:
+            stale.append(str(path.relative_to(REPO)))
+            if not args.check:
+                path.write_text(text)
+    if args.check and stale:
+        print(f"stale: {', '.join(stale)}; run .venv/bin/python benchmarks/render_readme.py", file=sys.stderr)
+        return 1
+    print(f"{'updated' if stale else 'up to date'}: {', '.join(stale) or 'README.md, docs/benchmarks.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
