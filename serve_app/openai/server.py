@@ -49,7 +49,7 @@ from serve_app.openai.protocol import (
 )
 from serve_app.openai.templates import TemplateRegistry
 from serve_app.scheduling.errors import DeadlineExceeded, Refused
-from serve_app.scheduling.predictor import PromptClass
+from serve_app.scheduling.prompt_features import describe
 from serve_app.scheduling.types import RequestMeta
 
 
@@ -90,12 +90,8 @@ def request_meta(
     if header is not None and header not in PRIORITIES:
         raise APIError(400, f"X-Priority must be one of {', '.join(PRIORITIES)}", param="priority")
     priority = request.priority or header or default
-    if generation.messages is not None:
-        prompt_chars = sum(len(content) for _, content in generation.messages)
-    else:
-        prompt_chars = len(generation.prompt or "")
-    kind = "chat" if generation.messages is not None else "completion"
-    return RequestMeta(priority, client, PromptClass(kind, request.template, prompt_chars))
+    prompt_class = describe(generation.messages, generation.prompt, generation.sampling, request.model, request.template)
+    return RequestMeta(priority, client, prompt_class)
 
 
 class OpenAIServer:

@@ -272,7 +272,7 @@ async def test_stats_show_pools_and_learned_classes(stack):
     stats = (await http.get("/stats")).json()
     pool = stats["pools"]["fake-a/default"]
     assert pool["slots"] == 64 and pool["waiting"] == 0 and pool["queue_wait_p50_s"] is not None
-    assert stats["predictor_classes"] == {"chat:2^0": 1}
+    assert stats["predictor_classes"] == {"fp:*": 1}  # instruction fingerprints, summed
 
 
 async def test_cost_endpoint_meters_replicas_and_attributes_requests(small_config):

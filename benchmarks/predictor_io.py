@@ -1,0 +1,82 @@
+"""The predictor benchmark's outputs: its provenance block, JSON and learning-curve PNG."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from serve_app.engine.cpu_dtype import cpu_flags
+
+REPO = Path(__file__).resolve().parent.parent
+FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "fma")
+"""CPU flags recorded with a result."""
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return "unknown CPU"
+
+
+def provenance(argv: Sequence[str] | None) -> dict[str, Any]:
+    """Git commit (and whether tracked files differed), CPU model and flags, the command line."""
+    flags = cpu_flags()
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    args = sys.argv[1:] if argv is None else list(argv)
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+            "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags]},
+            "command": shlex.join([".venv/bin/python", "benchmarks/predictor_bench.py", *args])}
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, Mapping):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_result(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_rounded(data), indent=1) + "\n")
+
+
+def write_plot(path: Path, results: Mapping[str, Mapping[str, Any]], window: int, long_tokens: int) -> None:
+    """Bucket accuracy and MAE per window of requests, one line per predictor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (acc, mae) = plt.subplots(1, 2, figsize=(13, 4.2))
+    for name, result in results.items():
+        curve = result["learning_curve"]
+        xs = [(i + 1) * window for i in range(len(curve))]
+        acc.plot(xs, [w["bucket_accuracy"] for w in curve], marker=".", label=name)
+        mae.plot(xs, [w["mae_tokens"] for w in curve], marker=".", label=name)
+    acc.set_title(f"bucket accuracy at {long_tokens} tokens, per {window} requests (higher is better)")
+    mae.set_title(f"MAE tokens per {window} requests (lower is better)")
+    for ax in (acc, mae):
+        ax.set_xlabel("requests arrived")
+        ax.grid(alpha=0.3)
+    acc.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
