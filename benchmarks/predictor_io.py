@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -32,14 +33,14 @@ def _cpu_model() -> str:
     return "unknown CPU"
 
 
-def provenance(argv: Sequence[str] | None) -> dict[str, Any]:
+def provenance(script: str, argv: Sequence[str] | None) -> dict[str, Any]:
     """Git commit (and whether tracked files differed), CPU model and flags, the command line."""
     flags = cpu_flags()
     status = _git("status", "--porcelain", "--untracked-files=no")
     args = sys.argv[1:] if argv is None else list(argv)
     return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
             "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags]},
-            "command": shlex.join([".venv/bin/python", "benchmarks/predictor_bench.py", *args])}
+            "command": shlex.join([".venv/bin/python", script, *args])}
 
 
 def _rounded(value: Any) -> Any:
@@ -58,21 +59,23 @@ def write_result(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def write_plot(path: Path, results: Mapping[str, Mapping[str, Any]], window: int, long_tokens: int) -> None:
-    """Bucket accuracy and MAE per window of requests, one line per predictor."""
+    """Bucket accuracy and Kendall tau-b per window of requests, one line per predictor."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (acc, mae) = plt.subplots(1, 2, figsize=(13, 4.2))
+    fig, (acc, tau) = plt.subplots(1, 2, figsize=(13, 4.2))
     for name, result in results.items():
         curve = result["learning_curve"]
         xs = [(i + 1) * window for i in range(len(curve))]
         acc.plot(xs, [w["bucket_accuracy"] for w in curve], marker=".", label=name)
-        mae.plot(xs, [w["mae_tokens"] for w in curve], marker=".", label=name)
+        taus = [w["kendall_tau_b"] for w in curve]
+        if any(t is not None for t in taus):
+            tau.plot(xs, [math.nan if t is None else t for t in taus], marker=".", label=name)
     acc.set_title(f"bucket accuracy at {long_tokens} tokens, per {window} requests (higher is better)")
-    mae.set_title(f"MAE tokens per {window} requests (lower is better)")
-    for ax in (acc, mae):
+    tau.set_title(f"Kendall tau-b per {window} requests (higher is better)")
+    for ax in (acc, tau):
         ax.set_xlabel("requests arrived")
         ax.grid(alpha=0.3)
     acc.legend(fontsize=8)

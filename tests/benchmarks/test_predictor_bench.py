@@ -42,7 +42,8 @@ def test_kendall_tau_b_matches_the_pairwise_definition_with_ties():
 
 
 def test_settle_point_is_where_the_curve_stays_near_its_final_level():
-    assert settle_point([0.5, 0.6, 0.8, 0.81, 0.8, 0.79], window=100) == 200
+    # final level 0.8 +- 3 * sqrt(0.8 * 0.2 / 300) = 0.069; smoothed: 0.5, 0.55, 0.633, 0.737, 0.803, 0.8
+    assert settle_point([0.5, 0.6, 0.8, 0.81, 0.8, 0.79], window=100) == 300
     assert settle_point([0.8] * 4, window=10) == 0
 
 
