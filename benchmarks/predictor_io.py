@@ -66,13 +66,14 @@ def write_plot(path: Path, results: Mapping[str, Mapping[str, Any]], window: int
     import matplotlib.pyplot as plt
 
     fig, (acc, tau) = plt.subplots(1, 2, figsize=(13, 4.2))
-    for name, result in results.items():
+    for number, (name, result) in enumerate(results.items()):
+        color = f"C{number % 10}"
         curve = result["learning_curve"]
         xs = [(i + 1) * window for i in range(len(curve))]
-        acc.plot(xs, [w["bucket_accuracy"] for w in curve], marker=".", label=name)
+        acc.plot(xs, [w["bucket_accuracy"] for w in curve], marker=".", label=name, color=color)
         taus = [w["kendall_tau_b"] for w in curve]
         if any(t is not None for t in taus):
-            tau.plot(xs, [math.nan if t is None else t for t in taus], marker=".", label=name)
+            tau.plot(xs, [math.nan if t is None else t for t in taus], marker=".", label=name, color=color)
     acc.set_title(f"bucket accuracy at {long_tokens} tokens, per {window} requests (higher is better)")
     tau.set_title(f"Kendall tau-b per {window} requests (higher is better)")
     for ax in (acc, tau):
