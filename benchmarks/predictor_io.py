@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import subprocess
 import sys
@@ -34,12 +35,14 @@ def _cpu_model() -> str:
 
 
 def provenance(script: str, argv: Sequence[str] | None) -> dict[str, Any]:
-    """Git commit (and whether tracked files differed), CPU model and flags, the command line."""
+    """Git commit (and whether tracked files differed), CPU model, flags and load (timings
+    share the machine), the command line."""
     flags = cpu_flags()
     status = _git("status", "--porcelain", "--untracked-files=no")
     args = sys.argv[1:] if argv is None else list(argv)
     return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
-            "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags]},
+            "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags], "cpus": os.cpu_count(),
+                    "load_average_1m_at_end": os.getloadavg()[0]},
             "command": shlex.join([".venv/bin/python", script, *args])}
 
 
