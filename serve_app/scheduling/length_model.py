@@ -1,6 +1,6 @@
 """An online linear model of log output length over hashed prompt features.
 
-Ridge-free least squares on `log1p(tokens)`, fitted one observation at a time by
+Unregularised least squares on `log1p(tokens)`, fitted one observation at a time by
 AdaGrad: each request's feature hashes fold into a fixed `2**hash_bits` weight
 vector (collisions shared), the feature vector is scaled to unit length, the
 error is clipped to +-`MAX_ERROR` (one outlier moves the weights a bounded

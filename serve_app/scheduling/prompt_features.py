@@ -7,9 +7,10 @@ normalised, hashed: requests repeating an instruction share it whatever their
 numbers or spacing. The features are CRC-32 hashes of the last user message's
 leading and trailing words and word bigrams, its first words by position, the
 system prompt's words, the message structure (turns, roles), size bins, the
-sampling fields (`max_tokens`, stop strings, temperature, top_p, ignore_eos) and the model. Only
-the first `HEAD_CHARS` and last `TAIL_CHARS` characters of a message are read,
-so the cost stays bounded however long the prompt.
+sampling fields (`max_tokens`, stop strings, temperature, top_p, ignore_eos)
+and the model. Words are taken from the first `HEAD_CHARS` and last
+`TAIL_CHARS` characters of a message only, so the cost stays nearly flat
+however long the prompt.
 """
 
 from __future__ import annotations
