@@ -17,6 +17,8 @@ from serve_app.engine.cpu_dtype import cpu_flags
 REPO = Path(__file__).resolve().parent.parent
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "fma")
 """CPU flags recorded with a result."""
+INPUTS = ("*.py", "configs", "pyproject.toml")
+"""What a result depends on: a change elsewhere (results, docs) does not make it dirty."""
 
 
 def _git(*args: str) -> str | None:
@@ -35,10 +37,10 @@ def _cpu_model() -> str:
 
 
 def provenance(script: str, argv: Sequence[str] | None) -> dict[str, Any]:
-    """Git commit (and whether tracked files differed), CPU model, flags and load (timings
+    """Git commit (and whether tracked `INPUTS` differed), CPU model, flags and load (timings
     share the machine), the command line."""
     flags = cpu_flags()
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", *INPUTS)
     args = sys.argv[1:] if argv is None else list(argv)
     return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
             "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags], "cpus": os.cpu_count(),
