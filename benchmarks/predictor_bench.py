@@ -38,9 +38,8 @@ from benchmarks import sharegpt  # noqa: E402
 from benchmarks.predictor_io import provenance, write_plot, write_result  # noqa: E402
 from serve_app.config import AppConfig, PredictorConfig  # noqa: E402
 from serve_app.config.app import app_configs, load_serve_config  # noqa: E402
-from serve_app.engine.base import SamplingOptions  # noqa: E402
 from serve_app.scheduling.predictor import NATURAL_FINISH, LengthPredictor, Prediction, PromptClass  # noqa: E402
-from serve_app.scheduling.prompt_features import describe  # noqa: E402
+from serve_app.scheduling.prompt_features import SamplingSummary, describe  # noqa: E402
 
 SMOOTH_WINDOWS = 3
 """Windows averaged (the current and earlier ones) when judging whether a curve has settled."""
@@ -52,7 +51,7 @@ errors of its final level (windows of a few hundred requests differ by chance al
 @dataclass(frozen=True)
 class Request:
     messages: tuple[tuple[str, str], ...]
-    sampling: SamplingOptions
+    sampling: SamplingSummary
     tokens: int
     """Output tokens the engine would produce (the reference reply, capped)."""
     finish: str
@@ -163,7 +162,7 @@ def own_requests(path: Path, sample: int, seed: int) -> tuple[list[Request], int
     if recorded["sample"]["size"] != sample or recorded["sample"]["seed"] != seed:
         raise SystemExit(f"{path} was recorded on sample {recorded['sample']}: pass the same --sample and --seed")
     chosen, available = sharegpt.load(sample, seed)
-    sampling = SamplingOptions(max_tokens=recorded["sampling"]["max_tokens"])
+    sampling = SamplingSummary(max_tokens=recorded["sampling"]["max_tokens"])
     requests = [Request(chosen[index].messages, sampling, tokens, finish) for index, tokens, finish in recorded["rows"]]
     return requests, available, {"lengths": str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path),
                                  "model": recorded["model"], "dtype": recorded["dtype"],
@@ -177,7 +176,7 @@ def sharegpt_requests(sample: int, seed: int, max_tokens: int, tokenizer_dir: Pa
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     print(f"tokenizing {len(chosen)} replies ...", flush=True)
     lengths = [len(ids) for ids in tokenizer([c.reply for c in chosen], add_special_tokens=False)["input_ids"]]
-    sampling = SamplingOptions(max_tokens=max_tokens)
+    sampling = SamplingSummary(max_tokens=max_tokens)
     requests = [Request(c.messages, sampling, min(n, max_tokens), NATURAL_FINISH if n <= max_tokens else "length")
                 for c, n in zip(chosen, lengths, strict=True)]
     return requests, available

@@ -20,10 +20,9 @@ from typing import Any
 from benchmarks.metrics import RequestRecord
 from benchmarks.workload import KINDS, PlannedRequest
 from serve_app.config import PredictorConfig
-from serve_app.engine.base import SamplingOptions
 from serve_app.quantile import quantile
 from serve_app.scheduling.predictor import LengthPredictor, PromptClass
-from serve_app.scheduling.prompt_features import describe
+from serve_app.scheduling.prompt_features import SamplingSummary, describe
 
 TEMPLATE = "capital"
 
@@ -31,7 +30,7 @@ TEMPLATE = "capital"
 def prompt_class(planned: PlannedRequest, as_template: bool) -> PromptClass:
     """The prompt class the app's ingress gives this request (`request_meta`)."""
     template = TEMPLATE if as_template and planned.kind == "short" else None
-    sampling = SamplingOptions(max_tokens=planned.max_tokens, ignore_eos=planned.ignore_eos)
+    sampling = SamplingSummary(max_tokens=planned.max_tokens, ignore_eos=planned.ignore_eos)
     return describe((("user", planned.prompt),), None, sampling, template=template)
 
 

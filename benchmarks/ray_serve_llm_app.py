@@ -21,8 +21,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.servers import RAY_NODE_ENV, LocalServer, local_engine_kwargs, replica_engine_env  # noqa: E402
+from benchmarks.servers import RAY_NODE_ENV, LocalServer, replica_engine_env  # noqa: E402
 from serve_app.config import ModelConfig, app_configs, load_serve_config  # noqa: E402
+from serve_app.engine.cpu_dtype import engine_kwargs_here  # noqa: E402
 
 
 def first_model(config_path: Path) -> ModelConfig:
@@ -32,7 +33,7 @@ def first_model(config_path: Path) -> ModelConfig:
 def llm_config_kwargs(model: ModelConfig, cwd: Path) -> dict[str, Any]:
     """`LLMConfig` fields for `model`: one replica whose engine gets one CPU bundle,
     the model's engine arguments, and this app's replica engine environment."""
-    engine = local_engine_kwargs(model.engine)
+    engine = engine_kwargs_here(model.engine)
     source = engine.pop("model")
     local = cwd / source
     env_vars = {**replica_engine_env(model), **RAY_NODE_ENV}  # as this app's replicas run

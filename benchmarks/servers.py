@@ -23,8 +23,9 @@ import psutil
 import yaml
 
 from serve_app.config import EngineConfig, ModelConfig, app_configs
-from serve_app.engine.cpu_dtype import cpu_flags, resolve_cpu_dtype
+from serve_app.engine.cpu_dtype import engine_kwargs_here
 from serve_app.engine.reaper import live_processes
+from serve_app.openai.frontend import frontend_args
 from serve_app.topology import REPLICA_ENV
 
 
@@ -171,27 +172,16 @@ class ServeRunServer(LocalServer):
         return {**super().env(), **RAY_NODE_ENV}
 
 
-RAY_NODE_ENV = REPLICA_ENV
+RAY_NODE_ENV = {"RAY_worker_niceness": REPLICA_ENV["RAY_worker_niceness"]}
 """Environment of a local Ray node serving an app, as `make run` starts it: every
 Ray worker (Serve's proxy, the ingress) at the niceness of the engine's
 processes, whose engine core spins on the cores they share."""
 
 
-def local_engine_kwargs(engine: EngineConfig) -> dict[str, Any]:
-    """`engine.engine_kwargs()` with the dtype this app's replica would resolve on
-    this machine, so baselines run in the same dtype (see `serve_app.engine.cpu_dtype`)."""
-    from vllm.platforms import current_platform
-
-    kwargs = engine.engine_kwargs()
-    if current_platform.is_cpu():
-        kwargs["dtype"] = resolve_cpu_dtype(engine.dtype, cpu_flags()).dtype
-    return kwargs
-
-
 def vllm_server_args(engine: EngineConfig) -> list[str]:
     """`vllm serve` flags for the same engine settings an `EngineConfig` gives."""
     args: list[str] = []
-    for key, value in local_engine_kwargs(engine).items():
+    for key, value in engine_kwargs_here(engine).items():
         if key == "model":
             continue
         flag = "--" + key.replace("_", "-")
@@ -216,8 +206,7 @@ class VLLMServer(LocalServer):
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", self.model.engine.model, "--served-model-name", self.model.name,
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server", *frontend_args(self.model),
             "--host", "127.0.0.1", "--port", str(self.port), "--disable-log-stats",
             *(["--stream-interval", str(self.stream_interval)] if self.stream_interval else []),
             *vllm_server_args(self.model.engine),

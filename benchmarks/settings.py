@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from benchmarks.provenance import resolved_dtype
 from serve_app.config import ModelConfig
-from serve_app.topology import REPLICA_ENV
 
 ServerKind = Literal["app", "vllm", "rayllm"]
 
@@ -43,13 +42,13 @@ def stream_interval(kind: ServerKind, model: ModelConfig, given: int | None) -> 
 def system_settings(kind: ServerKind, model: ModelConfig, *, stream_interval_tokens: int | None = None,
                     length_aware: bool = False, true_priority: bool = False) -> dict[str, Any]:
     """The settings one system runs with, flat (`engine.<arg>`, `env.<var>`)."""
-    from benchmarks.servers import replica_engine_env
+    from benchmarks.servers import RAY_NODE_ENV, replica_engine_env
 
     engine = model.engine
     kwargs = {k: v for k, v in engine.engine_kwargs().items() if k not in ("model", "dtype")}
     env = replica_engine_env(model)
     if kind != "vllm":
-        env |= REPLICA_ENV  # Serve nodes (this app's, Ray Serve LLM's) start with Ray's workers at this niceness
+        env |= RAY_NODE_ENV  # Serve nodes (this app's, Ray Serve LLM's) start with Ray's workers at this niceness
     return {
         "server": SERVERS[kind],
         "model": engine.model,

@@ -18,9 +18,10 @@ from deployments.ray_private import serve_instance_details
 from serve_app.autoscaling.contract import PoolQueueStats, autoscaling_stats
 from serve_app.config import AppConfig
 from serve_app.cost.meter import CostMeter
-from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
 from serve_app.logs import logger_for
 from serve_app.openai.errors import APIError
+from serve_app.openai.frontend import ModelFrontend, build_frontend
 from serve_app.openai.server import build_openai_app
 from serve_app.scheduling.batcher import LengthBucketBatcher
 from serve_app.scheduling.types import RequestMeta
@@ -70,13 +71,14 @@ def down_code(states: dict[str, DeploymentState], deployments: list[str]) -> str
 
 
 class OpenAIIngress:
-    """A `ModelBackend` over the batcher, plus its HTTP app and autoscaling stats."""
+    """The scheduler behind vLLM's OpenAI layer (`IngressBackend`), its HTTP app and autoscaling stats."""
 
     async def __init__(
         self,
         config: AppConfig,
         pools: dict[str, DeploymentHandle],
         read_states: StateReader = serve_deployment_states,
+        frontends: dict[str, ModelFrontend] | None = None,
     ) -> None:
         self._config = config
         self._metrics = IngressMetrics()
@@ -87,19 +89,21 @@ class OpenAIIngress:
         self._read_states = read_states
         self._down: dict[tuple[str, str], tuple[str, str]] = {}
         """Pools that are down -> (short code for `/ready`, the detail, which only the log gets)."""
+        self._frontends = frontends or {model.name: await build_frontend(model) for model in config.models}
+        """vLLM's OpenAI layer per model (built here, or given: they hold no state of a request)."""
         self._poller = asyncio.get_running_loop().create_task(self._poll_capacity())
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_openai_app(self._config, self)
-
-    async def generate(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult | EngineError:
-        return await self._batcher.generate(model, request, meta)
+        return build_openai_app(self._config, self, self._frontends)
 
     def stream(self, model: str, request: GenerationRequest, meta: RequestMeta) -> AsyncIterator[GenerationChunk | EngineError]:
         return self._batcher.stream(model, request, meta)
 
     def admit(self, client: str | None) -> None:
         self._batcher.admit_request(client)
+
+    def route(self, model: str, meta: RequestMeta, max_tokens: int | None) -> str:
+        return self._batcher.route(model, meta, max_tokens)
 
     async def stats(self) -> dict:
         pools = {

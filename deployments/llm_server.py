@@ -109,7 +109,7 @@ class LLMServer:
             return
         busy = len(self._in_flight) >= self._model.stream_busy_requests
         request = replace(request, stream_interval=self._model.stream_chunk_tokens if busy else 1)
-        self._in_flight[request.request_id] = request.sampling.max_tokens or self._max_model_len
+        self._in_flight[request.request_id] = request.max_tokens or self._max_model_len
         try:
             with self._guard.track():
                 async for chunk in self._engine.stream(request):

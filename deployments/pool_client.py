@@ -173,7 +173,7 @@ class ServePoolClient:
             running = self._running(deployment.name)
             free = running * deployment.slots_per_replica - self._in_flight[deployment.name]
             snapshot[side] = CapacityState(healthy=running, free_slots=max(0, free))
-        limits = [limit for limit in (request.sampling.max_tokens, request.stop_after) if limit is not None]
+        limits = [limit for limit in (request.max_tokens, request.stop_after) if limit is not None]
         spot_cap = self._decode_speed.cap(sides[SPOT].name) if SPOT in sides else 0
         side = self._chooser.choose(snapshot, priority, min(limits) if limits else None, spot_cap)[0]
         return side, sides[side].name

@@ -32,7 +32,13 @@ share: the ingress already admits no more than the slots, and at stream
 boundaries Serve may still count a finished stream, so a limit equal to the
 slots made it reject and back off (25-500 ms) requests the ingress had admitted."""
 
-REPLICA_ENV = {"RAY_worker_niceness": "0"}
+VLLM_ENV = {"VLLM_CONFIGURE_LOGGING": "0"}
+"""Environment of every deployment that loads vLLM (the ingress runs its OpenAI
+layer, the replicas its engine) unless a config sets it: vLLM's own logging
+setup (`dictConfig`) closes every handler in the process, Serve's replica log
+among them, which then stayed empty. Unconfigured, vLLM logs through the
+worker's root logger instead."""
+REPLICA_ENV = {"RAY_worker_niceness": "0", **VLLM_ENV}
 """Environment of LLM replicas unless a config sets these: Ray nices its workers
 to 15, and the engine processes a replica starts inherit it; `vllm serve` runs
 at 0, so a replica competing with Ray's own processes for CPU ran slower."""
@@ -111,6 +117,9 @@ class Topology:
     def ingress_options(self) -> dict[str, Any]:
         """Serve options of the ingress deployment."""
         options = self.config.ingress.deployment.serve_options()
+        actor = options["ray_actor_options"] = dict(options.get("ray_actor_options") or {})
+        runtime_env = actor["runtime_env"] = dict(actor.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**VLLM_ENV, **(runtime_env.get("env_vars") or {})}
         if self.config.queue_autoscaling and "num_replicas" in options:
             options["autoscaling_config"] = ingress_autoscaling_config(options.pop("num_replicas"))
         return options

@@ -13,6 +13,9 @@ import pytest
 from serve_app.config import AppConfig
 
 REPO = Path(__file__).resolve().parent.parent
+LOCAL_MODEL = REPO / "models" / "SmolLM2-135M-Instruct"
+"""The real tiny model `make setup` prepares: the in-process tests' frontends use its
+tokenizer and chat template, their fake engines its token ids."""
 
 CAPITAL_QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 """A question the real model answers "Paris" greedily in float32 and bfloat16 alike. For the
@@ -26,14 +29,14 @@ def small_config() -> AppConfig:
     return AppConfig.model_validate(
         {
             "models": [
-                {"name": "fake-a", "engine": {"model": "unused", "max_model_len": 64}},
-                {"name": "fake-b", "engine": {"model": "unused", "max_model_len": 64}},
+                {"name": "fake-a", "engine": {"model": str(LOCAL_MODEL), "max_model_len": 128}},
+                {"name": "fake-b", "engine": {"model": str(LOCAL_MODEL), "max_model_len": 128}},
             ],
             "templates": {
                 "capital": {"prompt": "What is the capital of {country}?"},
                 "summarize": {"system": "Be brief about {topic}.", "prompt": "Summarize: {text}"},
             },
-            "ingress": {"max_body_bytes": 4096, "gzip_min_bytes": 300, "request_timeout_s": 5},
+            "ingress": {"max_body_bytes": 4096, "gzip_min_bytes": 900, "request_timeout_s": 5},
         }
     )
 

@@ -1,8 +1,8 @@
 """Fakes for fast unit tests (never e2e): an engine, Serve handles, a Ray node,
 an AWS instance-metadata service on loopback and a clock set by hand.
 
-The engine "tokenizes" on whitespace and answers with numbered words, so
-outputs and token counts are predictable.
+The engine answers with numbered words (the ingress's real tokenizer makes
+the prompt), so outputs and token counts are predictable.
 """
 
 from __future__ import annotations
@@ -28,12 +28,22 @@ from serve_app.engine.base import (
 )
 
 
+def generation_request(max_tokens: int | None = None, prompt_ids: tuple[int, ...] = (1, 2),
+                       request_id: str = "r", params=None, **fields) -> GenerationRequest:
+    """An engine request as the ingress makes it: token ids and vLLM's sampling parameters."""
+    from vllm.sampling_params import SamplingParams
+
+    params = params or SamplingParams(max_tokens=max_tokens)
+    return GenerationRequest(request_id=request_id, prompt_token_ids=prompt_ids, params=params,
+                             max_tokens=max_tokens, **fields)
+
+
 class FakeEngine(LLMEngine):
     """Output token i (counting from the start of the answer) is ` w{i}` with id i,
     so a resumed stream must continue exactly where the last one stopped."""
 
     def __init__(
-        self, max_model_len: int = 64, answer_tokens: int | None = None, step_s: float = 0, fail_after: int | None = None
+        self, max_model_len: int = 128, answer_tokens: int | None = None, step_s: float = 0, fail_after: int | None = None
     ) -> None:
         self.max_model_len = max_model_len
         self.fail_after = fail_after
@@ -50,11 +60,7 @@ class FakeEngine(LLMEngine):
         return EngineInfo(max_model_len=self.max_model_len)
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
-        if request.messages is not None:
-            text = " ".join(f"<{role}> {content}" for role, content in request.messages)
-        else:
-            text = request.prompt or ""
-        return len(text.split())
+        return len(request.prompt_token_ids)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         self.requests.append(request)
@@ -155,6 +161,20 @@ def replicas_up(count: int, prefix: str = "replica", **fields):
     return DeploymentState(replicas=frozenset(f"{prefix}-{i}" for i in range(count)), **fields)
 
 
+_FRONTENDS: dict[str, object] = {}
+"""vLLM's OpenAI layer per model config, built once per test session (2 s each)."""
+
+
+async def frontends_of(config) -> dict:
+    from serve_app.openai.frontend import build_frontend
+
+    for model in config.models:
+        key = model.model_dump_json()
+        if key not in _FRONTENDS:
+            _FRONTENDS[key] = await build_frontend(model)
+    return {model.name: _FRONTENDS[model.model_dump_json()] for model in config.models}
+
+
 async def start_ingress(config, engines: dict[str, LLMEngine]):
     """The real `OpenAIIngress` over in-process `LLMServer`s, one per pool
     deployment (`engines` by deployment name), each counted as one replica."""
@@ -171,7 +191,7 @@ async def start_ingress(config, engines: dict[str, LLMEngine]):
         return {name: replicas_up(1, name) for name in handles}
 
     ingress = OpenAIIngress.__new__(OpenAIIngress)
-    await ingress.__init__(config, handles, read_states=one_replica_each)
+    await ingress.__init__(config, handles, read_states=one_replica_each, frontends=await frontends_of(config))
     await asyncio.sleep(0)  # let the capacity poll run once
     return ingress
 

@@ -72,6 +72,11 @@ class ModelConfig(StrictModel):
     means no bucketing."""
     fallback: FallbackConfig | None = None
     """Serve some priorities from another model while this one has no replica."""
+    tool_call_parser: str | None = None
+    """vLLM's tool parser for this model's tool calls (`vllm serve
+    --tool-call-parser`, with `--enable-auto-tool-choice`), e.g. `hermes`. None:
+    `tools` are served with `tool_choice` `none`, `required` or a named function
+    (vLLM constrains the output), and `auto` is refused as `vllm serve` refuses it."""
     length_scheduling: LengthSchedulingConfig = Field(default_factory=LengthSchedulingConfig)
     """Length-aware order and caps inside each pool (the pools themselves split
     by length only where they own compute)."""

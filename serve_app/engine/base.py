@@ -1,8 +1,9 @@
 """The engine interface the LLM replica talks to, and the data that crosses it.
 
 Backends (vLLM today; llama.cpp or TensorRT-LLM later) implement `LLMEngine`.
-Requests arrive as text or chat messages; the engine owns tokenization, so
-context-length checks happen where the tokenizer lives.
+Requests arrive as prompt token ids with vLLM's `SamplingParams`: the ingress's
+copy of vLLM's OpenAI layer rendered and checked them, so the replicas only
+generate.
 """
 
 from __future__ import annotations
@@ -10,34 +11,29 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-
-@dataclass(frozen=True)
-class SamplingOptions:
-    max_tokens: int | None = None
-    """Output cap; None means whatever the context leaves after the prompt."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    stop: tuple[str, ...] = ()
-    seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    ignore_eos: bool = False
+if TYPE_CHECKING:
+    from vllm.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
     request_id: str
-    sampling: SamplingOptions
-    prompt: str | None = None
-    """Raw prompt text (completions); exactly one of prompt/messages is set."""
-    messages: tuple[tuple[str, str], ...] | None = None
-    """(role, content) pairs (chat); rendered with the model's chat template."""
+    prompt_token_ids: tuple[int, ...]
+    """The prompt as the ingress rendered it (vLLM's renderer: chat template,
+    tokenizer), so every attempt on every replica starts from the same tokens."""
+    params: SamplingParams
+    """vLLM's sampling parameters, as vLLM's own OpenAI layer made them from the
+    request. The engine takes them as they are but for the output cap
+    (`max_tokens` below), the output kind and the stream interval."""
+    max_tokens: int | None = None
+    """Output cap of this attempt; None means whatever the context leaves."""
     continuation: tuple[int, ...] = ()
     """Output token ids already sent to the client by an earlier attempt: the
     engine appends them to the prompt and generates what follows (resume,
-    re-bucket). `sampling.max_tokens` then counts the new tokens only."""
+    re-bucket). `max_tokens` then counts the new tokens only. Only requests
+    whose output a continuation reproduces exactly get one (`resumable`)."""
     continuation_chars: int = 0
     """Characters of the continuation's text the client already has. An engine
     may have held back the rest (a possible stop-string start) when the earlier
@@ -58,9 +54,40 @@ class GenerationRequest:
     """Replicas (actor ids) an earlier attempt found gone for good (lost,
     draining, engine dead): the pool's request router never picks them."""
 
-    def __post_init__(self) -> None:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("GenerationRequest needs exactly one of prompt or messages")
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return tuple(self.params.stop or ())
+
+    @property
+    def resumable(self) -> bool:
+        """Whether a continuation from prompt + tokens sent produces what the
+        uninterrupted request would (`not_resumable` says why not)."""
+        return not_resumable(self.params) is None
+
+
+def not_resumable(params: SamplingParams) -> str | None:
+    """Why a request with these parameters cannot continue on another engine
+    from its prompt plus the tokens already sent, or None when it can. The
+    state these fields carry lives in the engine that ran the first part: a
+    seeded generator, the counts penalties read, a grammar's position, a
+    banned sequence in progress. Plain text, temperature, top-p/k, min-p,
+    `logit_bias`, `stop` and `logprobs` continue exactly."""
+    if params.seed is not None:
+        return "seed"
+    if params.presence_penalty or params.frequency_penalty or params.repetition_penalty != 1.0:
+        return "penalties"
+    if params.structured_outputs is not None:
+        return "structured output"
+    if params.bad_words:
+        return "bad_words"
+    if params.include_stop_str_in_output or params.min_tokens:
+        return "include_stop_str_in_output or min_tokens"
+    if params.prompt_logprobs is not None:
+        return "prompt_logprobs"
+    if params.extra_args or params.watermarking or params.thinking_token_budget is not None \
+            or params.repetition_detection is not None:
+        return "extra_args, watermarking, a thinking budget or repetition detection"
+    return None
 
 
 @dataclass(frozen=True)
@@ -73,25 +100,13 @@ class GenerationChunk:
     finish_reason: str | None = None
     token_ids: tuple[int, ...] = ()
     """The new tokens' ids (what a resumed attempt continues from)."""
-    model: str | None = None
-    """Set when a model other than the requested one answered (the fallback tier)."""
-
-
-@dataclass
-class GenerationResult:
-    text: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    finish_reason: str | None = None
-    model: str | None = None
-    """Set when a model other than the requested one answered."""
-
-    def add(self, chunk: GenerationChunk) -> None:
-        self.model = chunk.model or self.model
-        self.text += chunk.text
-        self.prompt_tokens = chunk.prompt_tokens
-        self.completion_tokens += chunk.num_tokens
-        self.finish_reason = chunk.finish_reason or self.finish_reason
+    stop_reason: int | str | None = None
+    """The stop string or token id that ended the output (vLLM's `stop_reason`)."""
+    logprobs: list | None = None
+    """vLLM's sample logprobs of the new tokens, when the request asked for them."""
+    cumulative_logprob: float | None = None
+    prompt_logprobs: list | None = None
+    """vLLM's prompt logprobs, on the first chunk, when the request asked for them."""
 
 
 REPLICA_DRAINING = "replica_draining"
@@ -164,7 +179,7 @@ class LLMEngine(abc.ABC):
 
 def attempt_budget(prompt_tokens: int, request: GenerationRequest, max_model_len: int) -> int:
     """Output tokens this attempt may generate (`stop_after` applied), or an `EngineRequestError`."""
-    budget = output_budget(prompt_tokens, request.sampling.max_tokens, max_model_len)
+    budget = output_budget(prompt_tokens, request.max_tokens, max_model_len)
     return budget if request.stop_after is None else min(budget, request.stop_after)
 
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from serve_app.config import EngineConfig
 from serve_app.logs import logger_for
 
 logger = logger_for(__name__)
@@ -64,3 +66,15 @@ def resolve_cpu_dtype(requested: str, flags: frozenset[str]) -> ResolvedDtype:
                        "slower than float32 (measured); use dtype: auto (float32 here)")
         return ResolvedDtype("bfloat16", "configured; emulated: no native bf16 on this CPU")
     return ResolvedDtype(requested, "configured")
+
+
+def engine_kwargs_here(engine: EngineConfig) -> dict[str, Any]:
+    """`engine.engine_kwargs()` with the dtype a replica resolves on this machine,
+    for everything that must hold the replicas' config (the ingress's copy of
+    vLLM's OpenAI layer, the benchmarks' baselines)."""
+    from vllm.platforms import current_platform
+
+    kwargs = engine.engine_kwargs()
+    if current_platform.is_cpu():
+        kwargs["dtype"] = resolve_cpu_dtype(engine.dtype, cpu_flags()).dtype
+    return kwargs

@@ -4,9 +4,9 @@ vLLM matches stop strings only within one request's own output and holds back
 a possible stop's start while reporting its token ids. A request continued on
 another replica or pool (a resume, a re-bucket) is a new engine request, so a
 stop string split across the seam would be missed and the held-back text lost.
-Matching here instead carries that text over: the next attempt decodes the
-tokens already sent, takes the text the client has not seen yet, and starts
-matching from it.
+Matching here as well (vLLM still stops each attempt at a stop string's own
+token) carries that text over: the next attempt decodes the tokens already
+sent, takes the text the client has not seen yet, and starts matching from it.
 """
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ class StopStrings:
         self._stops = tuple(stop for stop in stops if stop)
         self._pending = carried
         self.stopped = False
+        self.matched: str | None = None
+        """The stop string found, once `stopped`."""
 
     def feed(self, text: str) -> str:
         """The text that can go out now; sets `stopped` once a stop string is found."""
         if self.stopped:
             return ""
         buffer = self._pending + text
-        found = [index for index in (buffer.find(stop) for stop in self._stops) if index >= 0]
+        found = [(index, stop) for stop in self._stops if (index := buffer.find(stop)) >= 0]
         if found:
+            index, self.matched = min(found)
             self.stopped, self._pending = True, ""
-            return buffer[: min(found)]
+            return buffer[:index]
         hold = self._possible_start(buffer)
         self._pending = buffer[len(buffer) - hold:] if hold else ""
         return buffer[: len(buffer) - hold]

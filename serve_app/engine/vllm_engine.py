@@ -70,47 +70,25 @@ class VLLMEngine(LLMEngine):
         logger.info("engine %s workers on cores %s; %d threads of the Ray session moved off them",
                     self._config.model, sorted(cores), moved)
 
-    def _prepare(self, request: GenerationRequest) -> tuple[list[int], str]:
-        """Prompt token ids (chat template applied) and the continuation's text the
-        client has not received; a template or tokenizer refusal is a 400."""
-        try:
-            if request.messages is None:
-                prompt_ids = self._tokenizer.encode(request.prompt)
-            else:
-                text = self._tokenizer.apply_chat_template(
-                    [{"role": role, "content": content} for role, content in request.messages],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-                prompt_ids = self._tokenizer.encode(text, add_special_tokens=False)
-        except Exception as exc:  # jinja2 TemplateError, tokenizer errors: the request, not the engine
-            raise EngineRequestError(EngineError(f"the prompt cannot be rendered: {exc}"[:500], param="messages")) from None
-        carried = ""
-        if request.continuation and request.sampling.stop:
-            # decoded as vLLM's detokenizer does by default: special tokens skipped
-            decoded = self._tokenizer.decode(list(request.continuation), skip_special_tokens=True)
-            carried = unsent_text(decoded, request.continuation_chars, request.sampling.stop)
-        return prompt_ids, carried
+    def _carried_text(self, request: GenerationRequest) -> str:
+        """The continuation's text the client has not received (held back by the
+        earlier attempt as a possible stop-string start)."""
+        if not (request.continuation and request.stops):
+            return ""
+        # decoded as vLLM's detokenizer does by default: special tokens skipped
+        decoded = self._tokenizer.decode(list(request.continuation), skip_special_tokens=True)
+        return unsent_text(decoded, request.continuation_chars, request.stops)
 
     def _sampling_params(self, request: GenerationRequest, max_tokens: int) -> Any:
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
-        options = request.sampling
-        try:
-            return SamplingParams(
-                max_tokens=max_tokens,
-                temperature=options.temperature,
-                top_p=options.top_p,
-                top_k=options.top_k if options.top_k is not None else 0,
-                seed=options.seed,
-                presence_penalty=options.presence_penalty,
-                frequency_penalty=options.frequency_penalty,
-                ignore_eos=options.ignore_eos,
-                output_kind=RequestOutputKind.DELTA,
-                stream_interval=request.stream_interval,
-            )
-        except ValueError as exc:  # vLLM's own validation of sampling values
-            raise EngineRequestError(EngineError(str(exc)[:500], param=getattr(exc, "parameter", None))) from None
+        params = request.params.clone()
+        params.max_tokens = max_tokens
+        params.output_kind = RequestOutputKind.DELTA
+        params.stream_interval = request.stream_interval
+        if request.continuation:
+            params.prompt_logprobs = None  # the client has them from the first attempt
+        return params
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         from vllm.v1.engine.exceptions import EngineDeadError
@@ -120,20 +98,23 @@ class VLLMEngine(LLMEngine):
                 yield chunk
         except EngineDeadError:
             raise EngineLost("vLLM's engine core died") from None
+        except ValueError as exc:  # vLLM's own checks of the request (before any output)
+            raise EngineRequestError(EngineError(str(exc)[:500], param=getattr(exc, "parameter", None))) from None
 
     async def _generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         from vllm.inputs import TokensPrompt
 
-        # Chat template and tokenizer are CPU work: off the replica's event loop.
-        prompt_ids, carried = await asyncio.to_thread(self._prepare, request)
-        context_ids = prompt_ids + list(request.continuation)
+        carried = await asyncio.to_thread(self._carried_text, request) if request.continuation else ""
+        context_ids = [*request.prompt_token_ids, *request.continuation]
         max_tokens = attempt_budget(len(context_ids), request, self._max_model_len)
         params = self._sampling_params(request, max_tokens)
         prompt = TokensPrompt(prompt_token_ids=context_ids)
         if request.cache_salt is not None:
             prompt["cache_salt"] = request.cache_salt
         priority = {"priority": request.priority} if self._config.scheduling_policy == "priority" else {}
-        stops = StopStrings(request.sampling.stop, carried)
+        # vLLM matches the stop strings within this attempt's output; these match
+        # across the seam with the earlier attempt's held-back text.
+        stops = StopStrings(request.stops, carried)
         produced = 0
         async for output in self._engine.generate(prompt, params, request.request_id, **priority):
             completion = output.outputs[0]
@@ -146,9 +127,13 @@ class VLLMEngine(LLMEngine):
             yield GenerationChunk(
                 text=text,
                 num_tokens=len(completion.token_ids),
-                prompt_tokens=len(prompt_ids),
+                prompt_tokens=len(request.prompt_token_ids),
                 finish_reason=finish,
                 token_ids=tuple(completion.token_ids),
+                stop_reason=stops.matched if stops.stopped else completion.stop_reason,
+                logprobs=completion.logprobs,
+                cumulative_logprob=completion.cumulative_logprob,
+                prompt_logprobs=output.prompt_logprobs,
             )
             if stops.stopped:
                 return  # closing the generator aborts the engine request

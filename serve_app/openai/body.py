@@ -23,7 +23,6 @@ from starlette.requests import ClientDisconnect, Request
 
 from serve_app.config import IngressConfig
 from serve_app.openai.errors import APIError
-from serve_app.openai.protocol import ChatCompletionRequest, SamplingFields
 
 RequestModel = TypeVar("RequestModel", bound=BaseModel)
 
@@ -151,10 +150,11 @@ def parse(model: type[RequestModel], body: dict[str, Any], max_error_chars: int)
         raise APIError.from_validation(exc, max_error_chars) from None
 
 
-def check_limits(request: SamplingFields, ingress: IngressConfig, max_model_len: int | None) -> None:
-    """The ingress's bounds on stop strings, messages and (when the model's context
-    length is configured) output tokens; the replica still checks prompt + output."""
-    stops = request.stop_list()
+def check_limits(request: Any, ingress: IngressConfig) -> None:
+    """The ingress's bounds on stop strings and messages (vLLM's own request
+    model, parsed); vLLM's layer checks the prompt and output against the context."""
+    stop = getattr(request, "stop", None)
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
     if len(stops) > ingress.max_stop_sequences:
         raise APIError(400, f"stop: send at most {ingress.max_stop_sequences} stop strings, not {len(stops)}",
                        param="stop")
@@ -162,16 +162,7 @@ def check_limits(request: SamplingFields, ingress: IngressConfig, max_model_len:
     if longest > ingress.max_stop_chars:
         raise APIError(400, f"stop: each stop string may have at most {ingress.max_stop_chars} characters, "
                        f"one has {longest}", param="stop")
-    if isinstance(request, ChatCompletionRequest) and len(request.messages) > ingress.max_messages:
-        raise APIError(400, f"messages: send at most {ingress.max_messages} messages, not {len(request.messages)}",
+    messages = getattr(request, "messages", None)
+    if messages is not None and len(messages) > ingress.max_messages:
+        raise APIError(400, f"messages: send at most {ingress.max_messages} messages, not {len(messages)}",
                        param="messages")
-    asked = request.output_limit
-    if max_model_len is not None and asked is not None and asked > max_model_len:
-        field = request.output_limit_field
-        raise APIError(
-            400,
-            f"This model's maximum context length is {max_model_len} tokens; {field} asks for {asked} "
-            f"output tokens, more than the whole context holds. Lower {field} so the prompt and output fit.",
-            param=field,
-            code="context_length_exceeded",
-        )

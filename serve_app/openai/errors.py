@@ -6,11 +6,10 @@ Engine refusals (`EngineError`) and the scheduler's domain refusals
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse
 
 from serve_app.engine.base import EngineError
-from serve_app.openai.protocol import ErrorInfo, ErrorResponse
 from serve_app.scheduling.errors import Overloaded, RateLimited, Refused, Unavailable
 
 _REFUSALS: dict[type[Refused], tuple[int, str]] = {
@@ -34,6 +33,17 @@ _TYPE_BY_STATUS = {
     503: "service_unavailable_error",
     504: "timeout_error",
 }
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
 
 
 class APIError(Exception):

@@ -1,69 +1,47 @@
-"""The OpenAI-compatible HTTP surface, over any `ModelBackend`.
+"""The OpenAI-compatible HTTP surface: vLLM's own OpenAI layer behind the app's gates.
 
-The Ray Serve ingress (`deployments.ingress`) is one backend; tests plug in an
-in-process one. Everything HTTP lives here: bodies (`serve_app.openai.body`),
-validation errors, SSE, gzip, and OpenAI-style error bodies, each capped at
-`ingress.max_error_chars`; an unexpected exception is a 500 naming only its type.
+Each served model has the serving classes `vllm serve` runs
+(`serve_app.openai.frontend`): they parse, render, check and answer requests
+as `vllm serve` does, and their `generate` goes through the app's scheduler
+(`routed_engine`). Before them the app adds what it owns: API keys and each
+key's request rate (charged before the body is read), body bounds (`body`),
+server-side templates (`template` + `params`), priority (`X-Priority` or a
+`priority` class name), the model's pools; after them, the client watch (a
+client that leaves is logged as 499 and its work cancelled, `client_gone`)
+and the request deadline. Errors: `error_handlers`.
 
 `/health` and `/ready` (200 when every model can answer, else 503; its detail only
-to a valid key when keys are on) are open; every other route, `/openapi.json`
-included, needs a valid key when keys are on; `/docs` and `/redoc` are off. A
-request is charged to its key's rate before its body is read; a client that leaves
-before its answer is logged as 499 and its work cancelled (`client_gone`).
+to a valid key when keys are on) are open; every other route needs a valid key
+when keys are on; `/docs` and `/redoc` are off.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from serve_app.config import PRIORITIES, AppConfig, Priority
-from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest, GenerationResult
+from serve_app.config import AppConfig
+from serve_app.openai.app_fields import AppFields, request_meta
 from serve_app.openai.auth import Authenticator
-from serve_app.openai.body import BodyReader, check_limits, parse
+from serve_app.openai.body import BodyReader, check_limits
 from serve_app.openai.client_gone import GONE, first_unless_gone, unless_gone
-from serve_app.openai.conversion import (
-    chat_generation_request,
-    chat_response,
-    chat_sse,
-    completion_generation_request,
-    completion_response,
-    completion_sse,
-)
+from serve_app.openai.error_handlers import install_error_handlers, vllm_error_response
 from serve_app.openai.errors import APIError
-from serve_app.openai.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    ModelCard,
-    ModelList,
-    SamplingFields,
-    new_id,
-    now,
-)
+from serve_app.openai.frontend import ModelFrontend
+from serve_app.openai.routed_engine import CURRENT_REQUEST, ModelBackend, RequestContext
 from serve_app.openai.templates import TemplateRegistry
-from serve_app.scheduling.errors import DeadlineExceeded, Refused
-from serve_app.scheduling.prompt_features import describe
 from serve_app.scheduling.types import RequestMeta
 
 
-class ModelBackend(Protocol):
-    """Where generation happens: a model name, an engine request and what the
-    ingress knows about it (priority, client, prompt class)."""
-
-    async def generate(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult | EngineError:
-        ...
-
-    def stream(
-        self, model: str, request: GenerationRequest, meta: RequestMeta
-    ) -> AsyncIterator[GenerationChunk | EngineError]:
-        ...
+class IngressBackend(ModelBackend, Protocol):
+    """The scheduler behind the HTTP surface, and what it reports."""
 
     async def stats(self) -> dict[str, Any]:
         """Operator view of queues and predictions (`GET /stats`)."""
@@ -77,60 +55,82 @@ class ModelBackend(Protocol):
         """`{"ready": bool, "models": {...}}`: whether each model can answer now."""
         ...
 
+    def route(self, model: str, meta: RequestMeta, max_tokens: int | None) -> str:
+        """The model that answers a request for `model` now (it or its fallback)."""
+        ...
+
     def admit(self, client: str | None) -> None:
         """Charge one request to the client's request rate as it arrives, before
         its body is read; raises `RateLimited` when it is over."""
         ...
 
 
-def request_meta(
-    http: Request, request: SamplingFields, generation: GenerationRequest, client: str | None, default: Priority
-) -> RequestMeta:
-    header = http.headers.get("x-priority")
-    if header is not None and header not in PRIORITIES:
-        raise APIError(400, f"X-Priority must be one of {', '.join(PRIORITIES)}", param="priority")
-    priority = request.priority or header or default
-    prompt_class = describe(generation.messages, generation.prompt, generation.sampling, request.model, request.template)
-    return RequestMeta(priority, client, prompt_class)
+@dataclass(frozen=True)
+class Endpoint:
+    """One generating endpoint: vLLM's request model and serving call for it."""
+
+    request_model: Callable[[dict[str, Any]], Any]
+    kind: str
+    """The prompt class kind: `chat` (messages) or `completion` (a prompt)."""
+    serve: Callable[[Any], Callable[..., Any]]
+    """The vLLM serving method, from a model's `ModelFrontend.state`."""
+    dump: dict[str, Any]
+    """How vLLM's own router dumps the response model."""
+
+
+def endpoints() -> dict[str, Endpoint]:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    return {
+        "/v1/chat/completions": Endpoint(ChatCompletionRequest.model_validate, "chat",
+                                         lambda state: state.openai_serving_chat.create_chat_completion, {}),
+        "/v1/completions": Endpoint(CompletionRequest.model_validate, "completion",
+                                    lambda state: state.openai_serving_completion.create_completion, {}),
+        "/v1/responses": Endpoint(ResponsesRequest.model_validate, "chat",
+                                  lambda state: state.openai_serving_responses.create_responses,
+                                  {"mode": "json", "by_alias": True}),
+    }
+
+
+UNSERVABLE_RETRY_AFTER_S = 60
+"""`Retry-After` for a model whose config vLLM refused (it takes a redeploy)."""
+CLIENT_CLOSED_REQUEST = 499
+"""Status logged for a request whose client left before the answer (nginx's convention)."""
 
 
 class OpenAIServer:
-    """Request handling shared by both completion endpoints."""
+    """Request handling shared by every endpoint."""
 
-    def __init__(self, config: AppConfig, backend: ModelBackend) -> None:
+    def __init__(self, config: AppConfig, backend: IngressBackend, frontends: dict[str, ModelFrontend]) -> None:
         self._config = config
         self._backend = backend
+        self._frontends = frontends
         self._auth = Authenticator(config.ingress.api_keys)
         self._templates = TemplateRegistry(config.templates)
-        self._models = config.model_by_name()
-        self._context = {name: model.max_context_tokens() for name, model in self._models.items()}
-        self._created = now()
         self._bodies = BodyReader(config.ingress)
 
     def authenticate(self, http: Request) -> str | None:
         """The calling client's name (None when keys are off); 401 otherwise."""
         return self._auth.client(http.headers.get("authorization"))
 
-    def model_list(self, http: Request) -> ModelList:
-        self.authenticate(http)
-        return ModelList(
-            data=[
-                ModelCard(id=name, created=self._created, max_model_len=model.engine.max_model_len)
-                for name, model in self._models.items()
-            ]
-        )
-
-    def resolve_model(self, requested: str | None) -> str:
+    def resolve_model(self, requested: Any) -> ModelFrontend:
         if requested is None:
-            return self._config.models[0].name
-        if requested not in self._models:
-            raise APIError(
-                404,
-                f"The model '{requested}' does not exist (served: {', '.join(self._models)})",
-                param="model",
-                code="model_not_found",
-            )
-        return requested
+            requested = next(iter(self._frontends))
+        if requested not in self._frontends:
+            raise APIError(404, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
+        frontend = self._frontends[requested]
+        if frontend.refused is not None:
+            raise APIError(503, f"model {requested!r} cannot be served: {frontend.refused}", code="unavailable",
+                           retry_after_s=UNSERVABLE_RETRY_AFTER_S)
+        return frontend
+
+    async def model_list(self, http: Request) -> Response:
+        self.authenticate(http)
+        lists = [await f.state.openai_serving_models.show_available_models()
+                 for f in self._frontends.values() if f.state is not None]
+        return JSONResponse({"object": "list", "data": [card.model_dump() for models in lists for card in models.data]})
 
     async def stats(self, http: Request) -> dict[str, Any]:
         self.authenticate(http)
@@ -140,79 +140,73 @@ class OpenAIServer:
         self.authenticate(http)
         return self._backend.cost()
 
-    async def _complete(
-        self, http: Request, model: str, request: GenerationRequest, meta: RequestMeta
-    ) -> GenerationResult | None:
-        """The whole answer; None when the client went away first (the work is
-        cancelled). Both guards are the ingress's own, so no header a client
-        sends to Serve's proxy can turn off the timeout or the cancellation."""
-        try:
-            result = await unless_gone(http, self._backend.generate(model, request, meta),
-                                       self._config.ingress.request_timeout_s)
-        except TimeoutError:
-            raise APIError(504, "the request took longer than the server allows", code="timeout") from None
-        if result is GONE:
-            return None
-        if isinstance(result, EngineError):
-            raise APIError.from_engine(result)
-        return result
-
-    async def _open_stream(
-        self, http: Request, model: str, request: GenerationRequest, meta: RequestMeta
-    ) -> tuple[str, AsyncIterator[GenerationChunk | EngineError]] | None:
-        """Start a stream; an error before any output becomes a plain HTTP error.
-        Returns the model that answers (the first chunk says) and the chunks, or
-        None when the client left before the first chunk (the work is cancelled:
-        the ingress watches the client itself, as `_complete` does)."""
-        chunks = self._backend.stream(model, request, meta)
-        first = await first_unless_gone(http, chunks)
-        if first is GONE:
-            return None
-        if isinstance(first, EngineError):
-            await chunks.aclose()
-            raise APIError.from_engine(first)
-
-        async def replay() -> AsyncIterator[GenerationChunk | EngineError]:
-            try:
-                if first is not None:
-                    yield first
-                async for chunk in chunks:
-                    yield chunk
-            finally:
-                await chunks.aclose()
-
-        return (first.model if first is not None else None) or model, replay()
-
-    def handler(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
-        async def handle(http: Request) -> Response:
-            return await self.handle(http, endpoint)
-
-        return handle
-
-    async def handle(self, http: Request, endpoint: Endpoint) -> Response:
+    async def _body(self, http: Request) -> tuple[str | None, dict[str, Any] | None]:
         client = self.authenticate(http)
         self._backend.admit(client)
-        body = await self._bodies.read(http)
+        return client, await self._bodies.read(http)
+
+    @staticmethod
+    def validated(request_model: Callable[[dict[str, Any]], Any], body: dict[str, Any]) -> Any:
+        """vLLM's request model of `body`; a `RequestValidationError` (answered
+        by vLLM's own handler) when it does not fit."""
+        try:
+            return request_model(body)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors()) from None
+
+    async def tokenization(self, http: Request, detokenize: bool) -> Response:
+        from pydantic import TypeAdapter
+        from vllm.entrypoints.serve.tokenize.protocol import DetokenizeRequest, TokenizeRequest
+
+        _, body = await self._body(http)
+        if body is None:
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        frontend = self.resolve_model(body.get("model"))
+        model = DetokenizeRequest if detokenize else TypeAdapter(TokenizeRequest)
+        request = self.validated(model.model_validate if detokenize else model.validate_python, body)
+        serving = frontend.state.serving_tokenization
+        result = await (serving.create_detokenize if detokenize else serving.create_tokenize)(request, http)
+        return answer(result, {}, self._config.ingress.max_error_chars)
+
+    async def handle(self, http: Request, endpoint: Endpoint) -> Response:
+        client, body = await self._body(http)
         if body is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         ingress = self._config.ingress
-        request = parse(endpoint.request_model, body, ingress.max_error_chars)
-        model = self.resolve_model(request.model)
-        check_limits(request, ingress, self._context[model])
-        request_id = new_id(endpoint.id_prefix)
-        generation = endpoint.to_generation(request, self._templates, request_id)
-        meta = request_meta(http, request, generation, client, ingress.priorities.default)
-        generation = replace(generation, cache_salt=client)  # with keys on: no prefix-cache sharing across tenants
-        if not request.stream:
-            result = await self._complete(http, model, generation, meta)
-            if result is None:
+        fields = AppFields.pop_from(body, ingress.max_error_chars)
+        frontend = self.resolve_model(body.get("model"))
+        fields.render_into(body, endpoint.kind, self._templates)
+        body["model"] = frontend.name
+        request = self.validated(endpoint.request_model, body)
+        check_limits(request, ingress)
+        meta = request_meta(http, fields, request, body, client, ingress.priorities.default)
+        max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
+        answering = self._backend.route(frontend.name, meta, max_tokens)
+        if answering != frontend.name:  # the fallback tier: rendered with its own tokenizer and template
+            frontend = self.resolve_model(answering)
+            request = self.validated(endpoint.request_model, {**body, "model": answering})
+        # with keys on: no prefix-cache sharing across tenants
+        context = RequestContext(frontend.name, meta, self._backend, cache_salt=client)
+        CURRENT_REQUEST.set(context)
+        serve = endpoint.serve(frontend.state)
+        if not getattr(request, "stream", False):
+            try:
+                result = await unless_gone(http, serve(request, http), ingress.request_timeout_s)
+            except TimeoutError:
+                raise APIError(504, "the request took longer than the server allows", code="timeout") from None
+            if result is GONE:
                 return Response(status_code=CLIENT_CLOSED_REQUEST)
-            return JSONResponse(endpoint.to_response(request_id, result.model or model, result).model_dump())
-        opened = await self._open_stream(http, model, generation, meta)
-        if opened is None:
+            return answer(result, endpoint.dump, ingress.max_error_chars)
+        result = await serve(request, http)
+        if not isinstance(result, AsyncIterator):
+            return answer(result, endpoint.dump, ingress.max_error_chars)
+        first = await first_unless_gone(http, result)
+        if first is GONE:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
-        answering, chunks = opened
-        return event_stream(endpoint.to_events(request_id, answering, chunks, request.include_usage))
+        if context.refusal is not None:  # nothing was sent: an HTTP error, not an error event
+            await result.aclose()
+            raise context.refusal
+        return event_stream(replay(first, result))
 
     async def ready(self, http: Request) -> Response:
         """200 when every model can answer, else 503. With keys configured, the
@@ -226,23 +220,25 @@ class OpenAIServer:
         return JSONResponse(report, status_code=status)
 
 
-CLIENT_CLOSED_REQUEST = 499
-"""Status logged for a request whose client left before the answer (nginx's convention)."""
+def answer(result: Any, dump: dict[str, Any], max_error_chars: int) -> Response:
+    """vLLM's response or `ErrorResponse` as its own router sends it."""
+    from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+    if isinstance(result, ErrorResponse):
+        return vllm_error_response(result, max_error_chars)
+    assert isinstance(result, BaseModel), type(result)
+    return JSONResponse(result.model_dump(**dump))
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """How one completion endpoint converts its requests and outputs."""
-
-    request_model: type[SamplingFields]
-    id_prefix: str
-    to_generation: Callable[..., GenerationRequest]
-    to_response: Callable[[str, str, GenerationResult], BaseModel]
-    to_events: Callable[..., AsyncIterator[str]]
-
-
-CHAT = Endpoint(ChatCompletionRequest, "chatcmpl", chat_generation_request, chat_response, chat_sse)
-COMPLETIONS = Endpoint(CompletionRequest, "cmpl", completion_generation_request, completion_response, completion_sse)
+async def replay(first: str | None, events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The stream's events, the first one already taken."""
+    try:
+        if first is not None:
+            yield first
+        async for event in events:
+            yield event
+    finally:
+        await events.aclose()
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
@@ -253,44 +249,41 @@ def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
     )
 
 
-def build_openai_app(config: AppConfig, backend: ModelBackend) -> FastAPI:
-    """The FastAPI app serving `/v1/*`, `/stats`, `/health`, `/ready` and `/openapi.json` over `backend`."""
-    server = OpenAIServer(config, backend)
+def build_openai_app(config: AppConfig, backend: IngressBackend, frontends: dict[str, ModelFrontend]) -> FastAPI:
+    """The FastAPI app serving `/v1/*`, `/tokenize`, `/detokenize`, `/stats`,
+    `/health` and `/ready` over `backend`, one vLLM frontend per model."""
+    server = OpenAIServer(config, backend, frontends)
     max_chars = config.ingress.max_error_chars
     app = FastAPI(title="serve_app", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(GZipMiddleware, minimum_size=config.ingress.gzip_min_bytes)
 
-    @app.exception_handler(APIError)
-    async def api_error(_: Request, exc: APIError) -> Response:
-        return exc.response(max_chars)
+    install_error_handlers(app, max_chars, next(f.state.args for f in frontends.values() if f.state is not None))
 
-    @app.exception_handler(Refused)
-    async def refused(_: Request, exc: Refused) -> Response:
-        return APIError.from_refusal(exc).response(max_chars)
+    async def tokenize(http: Request) -> Response:
+        return await server.tokenization(http, detokenize=False)
 
-    @app.exception_handler(DeadlineExceeded)
-    async def deadline(_: Request, exc: DeadlineExceeded) -> Response:
-        return APIError(504, f"the request took longer than the server allows ({exc})", code="timeout").response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return APIError(exc.status_code, str(exc.detail)).response(max_chars)
-
-    @app.exception_handler(Exception)
-    async def unexpected_error(_: Request, exc: Exception) -> Response:
-        # Starlette re-raises it after this response, so the server logs the traceback.
-        return APIError(500, f"internal error: {type(exc).__name__}").response()
+    async def detokenize(http: Request) -> Response:
+        return await server.tokenization(http, detokenize=True)
 
     async def openapi(http: Request) -> Response:
         server.authenticate(http)
         return JSONResponse(app.openapi())
 
-    for path, endpoint in (("/v1/chat/completions", CHAT), ("/v1/completions", COMPLETIONS)):
-        app.add_api_route(path, server.handler(endpoint), methods=["POST"])
-    app.add_api_route("/v1/models", server.model_list, methods=["GET"], response_model=ModelList)
+    for path, endpoint in endpoints().items():
+        app.add_api_route(path, handler(server, endpoint), methods=["POST"])
+    app.add_api_route("/tokenize", tokenize, methods=["POST"])
+    app.add_api_route("/detokenize", detokenize, methods=["POST"])
+    app.add_api_route("/v1/models", server.model_list, methods=["GET"])
     app.add_api_route("/stats", server.stats, methods=["GET"])
     app.add_api_route("/v1/cost", server.cost, methods=["GET"])
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     app.add_api_route("/ready", server.ready, methods=["GET"])
     app.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)
     return app
+
+
+def handler(server: OpenAIServer, endpoint: Endpoint) -> Callable[[Request], Any]:
+    async def handle(http: Request) -> Response:
+        return await server.handle(http, endpoint)
+
+    return handle

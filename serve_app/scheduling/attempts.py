@@ -34,14 +34,14 @@ def plan_attempt(request: GenerationRequest, pool: PoolConfig, rebucket: bool, n
     """Attempt `number` (0 first) of `request` on `pool`, after `sent` output
     tokens of which the client has `sent_chars` characters of text."""
     produced = len(sent)
-    limit = request.sampling.max_tokens
+    limit = request.max_tokens
     remaining = None if limit is None else limit - produced
     edge = pool.max_output_tokens - produced if rebucket and pool.max_output_tokens is not None else None
     at_edge = edge is not None and (remaining is None or edge < remaining)
     attempt = replace(
         request,
         request_id=request.request_id if number == 0 else f"{request.request_id}-{number}",
-        sampling=replace(request.sampling, max_tokens=remaining),
+        max_tokens=remaining,
         stop_after=edge if at_edge else None,
         continuation=sent,
         continuation_chars=sent_chars,

@@ -26,7 +26,7 @@ from serve_app.engine.base import (
     EngineError,
     GenerationChunk,
     GenerationRequest,
-    GenerationResult,
+    not_resumable,
 )
 from serve_app.scheduling.admission import PoolStats, Rank, Slot
 from serve_app.scheduling.attempts import RetryPolicy, plan_attempt
@@ -106,13 +106,17 @@ class LengthBucketBatcher:
     def moves(self) -> dict[str, int]:
         return dict(self._moves)
 
-    async def generate(self, model: str, request: GenerationRequest, meta: RequestMeta) -> GenerationResult | EngineError:
-        result = GenerationResult()
-        async for item in self.stream(model, request, meta):
-            if isinstance(item, EngineError):
-                return item
-            result.add(item)
-        return result
+    def route(self, model: str, meta: RequestMeta, max_tokens: int | None) -> str:
+        """The model that answers a request for `model` now (the ingress renders it
+        for that model): `model`, or its fallback while `model` has no replica. A
+        diverted request counts as demand on the pool it would have waited in."""
+        config = self._models[model]
+        fallback = self._fallback(config, meta.priority)
+        if fallback is None:
+            return model
+        prediction = self._predictor.predict(meta.prompt_class, max_tokens, meta.client)
+        self._pools.queues[(model, config.pools[bucket_index(config.pools, prediction.tokens)].name)].note_diverted()
+        return fallback.name
 
     async def stream(
         self, model: str, request: GenerationRequest, meta: RequestMeta
@@ -121,19 +125,14 @@ class LengthBucketBatcher:
         `RateLimited`, `Overloaded`, `Unavailable` or `DeadlineExceeded` before
         any output; after it, failures end the stream with an `EngineError`."""
         config = self._models[model]
-        prediction = self._predictor.predict(meta.prompt_class, request.sampling.max_tokens, meta.client)
+        prediction = self._predictor.predict(meta.prompt_class, request.max_tokens, meta.client)
         index = bucket_index(config.pools, prediction.tokens)
-        fallback = self._fallback(config, meta.priority)
-        if fallback is not None:
-            self._pools.queues[(model, config.pools[index].name)].note_diverted()
-            config = fallback
-            index = bucket_index(config.pools, prediction.tokens)
         scheduling = config.length_scheduling
         long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
         record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
                                prediction.tokens, prediction.source, long=long)
         self._pools.note_arrival(config.name, record.pool, long)
-        token_bound = request_token_bound(meta.prompt_class.prompt_chars, request.sampling.max_tokens,
+        token_bound = request_token_bound(len(request.prompt_token_ids), request.max_tokens,
                                           self._context_tokens[config.name])
         decision = self._limiter.admit(meta.client, token_bound)
         if not decision.allowed:
@@ -148,7 +147,7 @@ class LengthBucketBatcher:
             async for item in self._run(config, index, request, meta, record, started):
                 if isinstance(item, GenerationChunk) and item.finish_reason is not None:
                     record.finish_reason = item.finish_reason
-                yield item if fallback is None or isinstance(item, EngineError) else replace(item, model=config.name)
+                yield item
         except (asyncio.CancelledError, GeneratorExit):
             record.status = "cancelled"
             raise
@@ -227,7 +226,7 @@ class LengthBucketBatcher:
         sent_chars = failures = 0
         avoid: list[str] = []
         """Replicas found gone for good by earlier attempts: Serve's router skips them."""
-        rebucket = config.overrun == "rebucket"
+        rebucket = config.overrun == "rebucket" and request.resumable
         try:
             while True:
                 pool = config.pools[index]
@@ -256,6 +255,12 @@ class LengthBucketBatcher:
                         if moved_on or item.finish_reason is not None:
                             break
                 except ReplicaUnavailable as exc:
+                    if sent and not request.resumable:
+                        record.status = "error"
+                        yield EngineError(f"the replica serving this request was lost after part of the answer "
+                                          f"was sent, and a request with {not_resumable(request.params)} cannot "
+                                          f"continue exactly elsewhere; retry it", status=503, code="unavailable")
+                        return
                     failures += 1
                     if exc.replica is not None:
                         avoid.append(exc.replica)

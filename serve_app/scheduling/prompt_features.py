@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from serve_app.engine.base import SamplingOptions
-
 FINGERPRINT_WORDS = 16
 """Leading words of the last user message in the instruction fingerprint."""
 HEAD_WORDS = 48
@@ -41,6 +39,17 @@ TAIL_CHARS = 300
 _WORD = re.compile(r"[a-z]+|\d+|[^\sa-z\d]")
 _DIGITS = re.compile(r"\d+")
 _SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class SamplingSummary:
+    """The sampling fields the predictor reads."""
+
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    temperature: float = 1.0
+    top_p: float = 1.0
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def _bin(value: float) -> int:
 def describe(
     messages: Sequence[tuple[str, str]] | None,
     prompt: str | None,
-    sampling: SamplingOptions,
+    sampling: SamplingSummary,
     model: str | None = None,
     template: str | None = None,
 ) -> PromptClass:

@@ -3,7 +3,7 @@
 Requests per second allow bursts of one second's worth and are charged as a
 request arrives, before its body is read (`admit_request`). Prompt + output tokens
 per minute are reserved at admission at the most the request can use (its
-prompt estimate plus `max_tokens`, or the context left: `request_token_bound`),
+prompt plus `max_tokens`, or the context left: `request_token_bound`),
 never at a predicted length, and settled to what it really used when it ends.
 A refusal says when to come back. Each ingress replica holds its own buckets,
 sized by `replica_share`.
@@ -18,16 +18,11 @@ from dataclasses import dataclass
 
 from serve_app.config import ApiKeyConfig
 
-CHARS_PER_TOKEN = 4
-"""Prompt characters per token, to estimate a prompt before it is tokenized (the
-estimate only sizes the reservation; settling counts the real tokens)."""
 
-
-def request_token_bound(prompt_chars: int, max_tokens: int | None, context: int | None) -> int | None:
-    """Most prompt + output tokens a request can use: its prompt estimate plus
+def request_token_bound(prompt_tokens: int, max_tokens: int | None, context: int | None) -> int | None:
+    """Most prompt + output tokens a request can use: its prompt plus
     `max_tokens`, else plus the context left after the prompt; None when the
     context is unknown too (the limiter then reserves a whole bucket)."""
-    prompt_tokens = prompt_chars // CHARS_PER_TOKEN
     if max_tokens is not None:
         return prompt_tokens + max_tokens
     return None if context is None else max(prompt_tokens, context)

@@ -10,8 +10,8 @@ import pytest
 from benchmarks import sharegpt
 from benchmarks.predictor_bench import Fixed, Request, full_class, kendall_tau_b, run, settle_point
 from serve_app.config import PredictorConfig
-from serve_app.engine.base import SamplingOptions
 from serve_app.scheduling.predictor import LengthPredictor
+from serve_app.scheduling.prompt_features import SamplingSummary
 
 
 def test_a_cut_short_file_gives_its_whole_conversations():
@@ -48,7 +48,7 @@ def test_settle_point_is_where_the_curve_stays_near_its_final_level():
 
 
 def test_requests_are_observed_after_later_arrivals_and_only_when_they_ended_by_themselves():
-    sampling = SamplingOptions(max_tokens=300)
+    sampling = SamplingSummary(max_tokens=300)
     requests = [Request((("user", f"Say hello {i}"),), sampling, 3, "stop") for i in range(6)]
     requests += [Request((("user", "Say hello again"),), sampling, 300, "length")] * 4
     predictor = LengthPredictor(PredictorConfig(min_samples=100, model_min_samples=3))

@@ -8,15 +8,14 @@ from serve_app.engine.base import (
     EngineError,
     GenerationChunk,
     GenerationRequest,
-    SamplingOptions,
 )
-from tests.fakes import FakeEngine, start_llm_server
+from tests.fakes import FakeEngine, generation_request, start_llm_server
 
 MODEL = ModelConfig(name="m", engine={"model": "unused"})
 
 
 def request(max_tokens: int | None, prompt: str = "a b c", request_id: str = "r", **fields) -> GenerationRequest:
-    return GenerationRequest(request_id, SamplingOptions(max_tokens=max_tokens), prompt=prompt, **fields)
+    return generation_request(max_tokens, tuple(range(len(prompt.split()))), request_id, **fields)
 
 
 async def test_refusals_come_back_as_data_not_exceptions():

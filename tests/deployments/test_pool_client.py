@@ -6,10 +6,10 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError
 
 from deployments.llm_server import refusal
 from deployments.pool_client import LOST_REPLICA_HOLD_S, UNREACHABLE_HOLD_S, DeploymentState, ServePoolClient
-from serve_app.engine.base import REPLICA_DRAINING, GenerationRequest, SamplingOptions
+from serve_app.engine.base import REPLICA_DRAINING
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.topology import Topology, deployment_name
-from tests.fakes import FailingHandle, FakeEngine, FakeHandle, replicas_up, start_llm_server
+from tests.fakes import FailingHandle, FakeEngine, FakeHandle, generation_request, replicas_up, start_llm_server
 
 
 async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_config):
@@ -35,7 +35,7 @@ async def test_spot_pools_take_batch_and_what_fits_the_notice_window(small_confi
     assert client.slots(model.name, pool.name) == 2 * model.deployment.max_ongoing_requests
 
     async def send(max_tokens, priority):
-        request = GenerationRequest("r", SamplingOptions(max_tokens=max_tokens), prompt="a")
+        request = generation_request(max_tokens)
         [chunk async for chunk in client.stream(model.name, pool.name, request, priority)]
 
     await send(4, "batch")
@@ -65,7 +65,7 @@ def died(actor_id: str) -> ActorDiedError:
 
 
 async def attempt(client: ServePoolClient, model, priority: str = "batch") -> None:
-    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a")
+    request = generation_request(4)
     [chunk async for chunk in client.stream(model.name, model.pools[0].name, request, priority)]
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ray.serve._private.request_router.common import PendingRequest
 
 from deployments.request_router import LeastLoadedRequestRouter
-from serve_app.engine.base import GenerationRequest, SamplingOptions
+from tests.fakes import generation_request
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def router() -> LeastLoadedRequestRouter:
 
 
 def pending(avoid: tuple[str, ...] = ()) -> PendingRequest:
-    request = GenerationRequest("r", SamplingOptions(max_tokens=4), prompt="a", avoid_replicas=avoid)
+    request = generation_request(4, avoid_replicas=avoid)
     return PendingRequest(args=[request], kwargs={}, metadata=None)
 
 

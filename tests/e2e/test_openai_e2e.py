@@ -11,6 +11,7 @@ import pytest
 
 from serve_app.config import IngressConfig
 from tests.conftest import CAPITAL_QUESTION as CAPITAL
+from tests.serve_app.openai.test_adversarial import CLIENT_ERROR_TYPES
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +85,7 @@ def test_concurrent_requests_all_complete(live_app):
     [
         ({"model": "no-such-model"}, openai.NotFoundError, "does not exist"),
         ({"max_tokens": -1}, openai.BadRequestError, "max_tokens"),
-        ({"max_tokens": 10_000_000}, openai.BadRequestError, "maximum context length is 2048"),
+        ({"max_tokens": 10_000_000}, openai.BadRequestError, "max_model_len=2048"),
         ({"messages": [{"role": "user", "content": "word " * 3000}]}, openai.BadRequestError, "maximum context length"),
         ({"temperature": "hot"}, openai.BadRequestError, "temperature"),
         ({"extra_body": {"template": "capital", "params": {}}, "messages": []}, openai.BadRequestError, "missing params: country"),
@@ -148,5 +149,5 @@ def test_adversarial_bodies_are_400_through_the_real_proxy(live_app, client, con
                           headers={"content-type": "application/json"}, timeout=60)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and needle in (error["message"] + str(error["param"])).lower()
+    assert error["type"] in CLIENT_ERROR_TYPES and needle in (error["message"] + str(error["param"])).lower()
     assert client.chat.completions.create(model=MODEL, messages=CAPITAL, max_tokens=1).usage.completion_tokens == 1

@@ -162,3 +162,55 @@ def test_a_client_cannot_turn_off_cancellation_when_it_leaves(live_app):
     asyncio.run(leave_early())
     # 900 tokens would take a minute or more; the ingress cancels the work at once.
     assert wait_for(lambda: in_flight() == 0, 15, "the abandoned request cancelled") < 15
+
+
+async def first_chunk_then_rest(http: httpx.AsyncClient, body: dict, started: asyncio.Event) -> dict:
+    """A streamed chat completion whose first content sets `started`: its text, and the
+    error event it ended with, if any."""
+    text, error = "", None
+    async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as reply:
+        assert reply.status_code == 200, await reply.aread()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line[len("data: "):])
+            if "error" in event:
+                error = event["error"]
+            elif event["choices"]:
+                text += event["choices"][0]["delta"].get("content") or ""
+                if text:
+                    started.set()
+    return {"text": text, "error": error}
+
+
+def test_what_cannot_continue_exactly_ends_with_a_clear_error_and_plain_text_resumes(live_app):
+    """The long pool's replica killed under three streams: plain greedy text resumes on the
+    short pool; with penalties, and with a grammar (vLLM's structured outputs), the state
+    lives in the lost engine, so each ends with a 503 error event saying to retry."""
+    wait_for(lambda: running(f"LLMServer-{MODEL}-long") == 1, 300, "the long pool running")
+    prompt = [{"role": "user", "content": "Write a long story about a lighthouse."}]
+    base = {"model": MODEL, "messages": prompt, "max_tokens": 200, "temperature": 0}
+    bodies = {"plain": {**base, "ignore_eos": True},
+              "penalties": {**base, "ignore_eos": True, "frequency_penalty": 0.5},
+              "grammar": {**base, "structured_outputs": {"regex": "[a-z ]{400}"}}}
+
+    async def run() -> dict[str, dict]:
+        async with httpx.AsyncClient(base_url=live_app, timeout=300) as http:
+            started = {name: asyncio.Event() for name in bodies}
+            streams = {name: asyncio.create_task(first_chunk_then_rest(http, body, started[name]))
+                       for name, body in bodies.items()}
+            await asyncio.wait_for(asyncio.gather(*(event.wait() for event in started.values())), 120)
+            # predicted at their max_tokens (no history for this prompt yet): all three on the long pool
+            assert (await http.get("/stats")).json()["pools"][f"{MODEL}/long"]["in_flight"] == 3
+            await asyncio.to_thread(kill_replica, f"LLMServer-{MODEL}-long")
+            return {name: await asyncio.wait_for(task, 240) for name, task in streams.items()}
+
+    results = asyncio.run(run())
+    print(f"\n[faults] exact-only streams: { {n: (len(r['text']), r['error']) for n, r in results.items()} }")
+    assert results["plain"]["error"] is None
+    for name in ("penalties", "grammar"):
+        error = results[name]["error"]
+        assert error is not None and error["code"] == 503 and "retry it" in error["message"], (name, error)
+        assert error["type"] == "ServiceUnavailableError"
+        assert results[name]["text"]  # what was sent stays sent
+    wait_for(lambda: running(f"LLMServer-{MODEL}-long") == 1, 300, "the long pool replaced")

@@ -51,7 +51,7 @@ def test_replicas_get_serve_headroom_over_their_slots_and_run_at_normal_priority
     }]})
     (deployment,) = Topology(config).deployments
     assert deployment.slots_per_replica == 32 and deployment.options["max_ongoing_requests"] == 40
-    assert deployment.options["ray_actor_options"]["runtime_env"]["env_vars"] == {"RAY_worker_niceness": "0", "A": "1"}
+    assert deployment.options["ray_actor_options"]["runtime_env"]["env_vars"] == {"RAY_worker_niceness": "0", "VLLM_CONFIGURE_LOGGING": "0", "A": "1"}
     assert config.models[0].deployment.serve_options()["ray_actor_options"]["runtime_env"]["env_vars"] == {"A": "1"}
 
 
@@ -76,3 +76,13 @@ def test_prod_ingress_keeps_the_bounded_proxy_queue_under_its_own_deployment_blo
     assert options["max_queued_requests"] == 1000 and options["max_ongoing_requests"] == 1000
     assert options["ray_actor_options"]["num_cpus"] == 1  # prod's own, merged over the default 0
     assert options["ray_actor_options"]["label_selector"]["ray.io/market-type"] == "on-demand"
+
+
+def test_deployments_that_load_vllm_leave_serves_logging_alone(small_config):
+    """vLLM's own logging setup closes every handler of the process, Serve's replica log too."""
+    topology = Topology(small_config)
+    ingress_env = topology.ingress_options()["ray_actor_options"]["runtime_env"]["env_vars"]
+    pools = [d for model, pool in topology.pools() for d in topology.pool(model, pool).values()]
+    assert ingress_env["VLLM_CONFIGURE_LOGGING"] == "0"
+    assert all(d.options["ray_actor_options"]["runtime_env"]["env_vars"]["VLLM_CONFIGURE_LOGGING"] == "0"
+               for d in pools)

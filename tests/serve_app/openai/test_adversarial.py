@@ -9,11 +9,11 @@ import httpx
 import pytest
 
 from serve_app.config import ApiKeyConfig, IngressConfig, PriceTable
-from serve_app.engine.base import EngineError, EngineRequestError
+from serve_app.engine.base import EngineError, EngineRequestError, GenerationChunk
 from serve_app.openai.auth import key_digest
 from serve_app.openai.server import build_openai_app
 from serve_app.topology import deployment_name
-from tests.fakes import FakeEngine, start_ingress
+from tests.fakes import FakeEngine, frontends_of, start_ingress
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -61,6 +61,10 @@ async def stack(small_config):
     await http.aclose()
 
 
+CLIENT_ERROR_TYPES = {"invalid_request_error", "BadRequestError", "Bad Request", "NotFoundError"}
+"""The app's own 4xx type (OpenAI's), and those of vLLM's layer (as `vllm serve` answers)."""
+
+
 def assert_error(response, status, *, param=None, code=None, needle=None):
     """An OpenAI error body with `status`; `param`/`code`/`needle` checked when given."""
     assert response.status_code == status, response.text[:500]
@@ -69,7 +73,7 @@ def assert_error(response, status, *, param=None, code=None, needle=None):
     error = body["error"]
     assert isinstance(error["message"], str) and error["message"]
     if 400 <= status < 500 and status not in (401, 429):
-        assert error["type"] == "invalid_request_error"
+        assert error["type"] in CLIENT_ERROR_TYPES
     if param is not None:
         assert error["param"] == param
     if code is not None:
@@ -167,17 +171,17 @@ async def test_surrogate_pairs_are_fine(stack):
 async def test_empty_stop_strings_are_400(stack, path, stop):
     http, _ = stack
     body = {"messages": USER_HI} if path == CHAT else {"prompt": "a"}
-    assert_error(await http.post(path, json={**body, "stop": stop}), 400, param="stop", needle="empty")
+    assert_error(await http.post(path, json={**body, "stop": stop}), 400, needle="empty")
     await assert_serving(http)
 
 
 @pytest.mark.parametrize(
     "field, value",
-    [("seed", 2**63), ("seed", -(2**63) - 1), ("seed", 10**30), ("top_k", 2**63), ("top_k", -2)],
+    [("seed", 2**63), ("seed", -(2**63) - 1), ("seed", 10**30), ("top_k", -2)],
 )
-async def test_seed_and_top_k_outside_int64_are_400_naming_the_field(stack, field, value):
+async def test_seed_and_top_k_outside_their_range_are_400_naming_the_field(stack, field, value):
     http, engines = stack
-    assert_error(await http.post(COMPLETIONS, json={"prompt": "a", field: value}), 400, param=field, needle=field)
+    assert_error(await http.post(COMPLETIONS, json={"prompt": "a", field: value}), 400, needle=field)
     assert not any(engine.requests for engine in engines.values())
     await assert_serving(http)
 
@@ -212,7 +216,7 @@ async def test_stop_strings_over_the_length_limit_are_400(stack, stop):
 async def test_too_many_chat_messages_is_400(stack):
     http, engines = stack
     ok = await http.post(CHAT, json={"messages": USER_HI * 8, "max_tokens": 1})
-    assert ok.status_code == 200
+    assert ok.status_code == 200, ok.text
     response = await http.post(CHAT, json={"messages": USER_HI * 9})
     assert_error(response, 400, param="messages", needle="at most 8")
     assert len(engines[deployment_name("fake-a", "default")].requests) == 1
@@ -224,9 +228,9 @@ async def test_validation_errors_of_a_huge_body_are_truncated(stack):
     body = json.dumps({"messages": [{"role": "nobody", "content": 1}] * 20_000})
     assert len(body) > 500_000
     response = await post_raw(http, CHAT, body)
-    error = assert_error(response, 400, param="messages")
+    error = assert_error(response, 400)
     assert len(error["message"]) <= LIMITS["max_error_chars"] and len(response.content) < 3 * LIMITS["max_error_chars"]
-    assert error["message"].startswith("messages.0.role: ") and "more problems)" in error["message"]
+    assert error["param"].startswith("messages.0") and error["message"].startswith("460000 validation errors")
     await assert_serving(http)
 
 
@@ -234,9 +238,9 @@ async def test_validation_errors_of_a_huge_body_are_truncated(stack):
     "body, param",
     [
         ({"model": "m" * 100_000, "prompt": "a"}, "model"),
-        ({"prompt": "a", "k" * 100_000: 1}, "k" * 100),
+        ({"prompt": "a", "template": "t" * 100_000}, "template"),
     ],
-    ids=["long-model-name", "long-unknown-field"],
+    ids=["long-model-name", "long-template-name"],
 )
 async def test_any_error_message_and_param_is_capped(stack, body, param):
     http, _ = stack
@@ -251,15 +255,15 @@ async def test_any_error_message_and_param_is_capped(stack, body, param):
 @pytest.mark.parametrize(
     "path, body, param",
     [
-        (COMPLETIONS, {"prompt": "a", "max_tokens": 65}, "max_tokens"),
+        (COMPLETIONS, {"prompt": "a", "max_tokens": 129}, "max_tokens"),
         (CHAT, {"messages": USER_HI, "max_tokens": 10**12}, "max_tokens"),
         (CHAT, {"messages": USER_HI, "max_completion_tokens": 1000}, "max_completion_tokens"),
     ],
 )
 async def test_max_tokens_over_the_configured_context_is_refused_at_the_ingress(stack, path, body, param):
     http, engines = stack
-    error = assert_error(await http.post(path, json=body), 400, param=param, code="context_length_exceeded")
-    assert "maximum context length is 64 tokens" in error["message"]
+    error = assert_error(await http.post(path, json=body), 400, param=param)
+    assert "max_model_len=128" in error["message"]
     assert not any(engine.requests for engine in engines.values())
     await assert_serving(http)
 
@@ -269,7 +273,7 @@ async def test_without_a_configured_context_the_replica_still_checks(small_confi
               for model in small_config.models]
     http, engines, _ = await serve(configured(small_config.model_copy(update={"models": models})))
     async with http:
-        response = await http.post(COMPLETIONS, json={"prompt": "a", "max_tokens": 65})
+        response = await http.post(COMPLETIONS, json={"prompt": "a", "max_tokens": 129})
         assert_error(response, 400, param="max_tokens", code="context_length_exceeded")
         assert engines[deployment_name("fake-a", "default")].requests  # the replica refused it
         await assert_serving(http)
@@ -401,16 +405,10 @@ class ExplodingBackend:
     def __init__(self) -> None:
         self.explode = True
 
-    async def generate(self, model, request, meta):
+    async def stream(self, model, request, meta):
         if self.explode:
             raise RuntimeError(self.SECRET)
-        from serve_app.engine.base import GenerationResult
-
-        return GenerationResult(text=" ok", prompt_tokens=1, completion_tokens=1, finish_reason="stop")
-
-    async def stream(self, model, request, meta):
-        raise RuntimeError(self.SECRET)
-        yield  # an async generator
+        yield GenerationChunk(text=" ok", num_tokens=1, prompt_tokens=1, finish_reason="stop", token_ids=(1,))
 
     async def stats(self):
         return {}
@@ -421,11 +419,14 @@ class ExplodingBackend:
     def admit(self, client):
         return None
 
+    def route(self, model, meta, max_tokens):
+        return model
+
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_unexpected_errors_are_500_without_traceback_text(small_config, stream):
     backend = ExplodingBackend()
-    app = build_openai_app(configured(small_config), backend)
+    app = build_openai_app(configured(small_config), backend, await frontends_of(small_config))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         response = await http.post(COMPLETIONS, json={"prompt": "a", "stream": stream})

@@ -12,11 +12,12 @@ from serve_app.config import ApiKeyConfig
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE
 from serve_app.topology import deployment_name
 from tests.fakes import FakeEngine, replicas_up, start_ingress
+from tests.serve_app.openai.test_adversarial import CLIENT_ERROR_TYPES
 
 
 @pytest.fixture
 async def stack(small_config):
-    engines = {model.name: FakeEngine(max_model_len=64) for model in small_config.models}
+    engines = {model.name: FakeEngine() for model in small_config.models}
     ingress = await start_ingress(
         small_config, {deployment_name(name, "default"): engine for name, engine in engines.items()}
     )
@@ -40,7 +41,8 @@ async def test_chat_completion_with_usage_routes_to_the_named_model(stack):
     )
     assert response.choices[0].message.content == " w0 w1 w2"
     assert response.choices[0].finish_reason == "length"
-    assert response.usage.completion_tokens == 3 and response.usage.prompt_tokens == 3
+    prompt = engines["fake-b"].requests[0].prompt_token_ids  # the chat template applied by vLLM's layer
+    assert response.usage.completion_tokens == 3 and response.usage.prompt_tokens == len(prompt) > 3
     assert response.model == "fake-b"
     assert len(engines["fake-b"].requests) == 1 and not engines["fake-a"].requests
 
@@ -75,17 +77,16 @@ async def test_streamed_completion(stack):
 
 
 async def test_template_instead_of_prompt(stack):
-    client, _, engines = stack
+    client, http, engines = stack
     await client.chat.completions.create(
         model="fake-a",
         messages=[],
         max_tokens=1,
         extra_body={"template": "summarize", "params": {"topic": "cats", "text": "meow"}},
     )
-    assert engines["fake-a"].requests[-1].messages == (
-        ("system", "Be brief about cats."),
-        ("user", "Summarize: meow"),
-    )
+    prompt = engines["fake-a"].requests[-1].prompt_token_ids
+    text = (await http.post("/detokenize", json={"model": "fake-a", "tokens": list(prompt)})).json()["prompt"]
+    assert "system\nBe brief about cats.<|im_end|>" in text and "user\nSummarize: meow<|im_end|>" in text
 
 
 @pytest.mark.parametrize(
@@ -93,10 +94,9 @@ async def test_template_instead_of_prompt(stack):
     [
         ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "does not exist"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, 400, "max_tokens"),
-        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}, 400, "maximum context length"),
-        ({"messages": [{"role": "user", "content": "x " * 100}]}, 400, "no room for output"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**9}, 400, "max_model_len=128"),
+        ({"messages": [{"role": "user", "content": "x " * 100}]}, 400, "maximum context length is 128 tokens"),
         ({"messages": "hello"}, 400, "messages"),
-        ({"messages": [{"role": "user", "content": "x"}], "temprature": 1}, 400, "temprature"),
         ({"messages": [], "template": "nope"}, 400, "unknown template 'nope'"),
         ({"messages": [], "template": "capital", "params": {}}, 400, "missing params: country"),
     ],
@@ -106,14 +106,20 @@ async def test_bad_requests_get_openai_errors(stack, body, status, needle):
     response = await http.post("/v1/chat/completions", json=body)
     assert response.status_code == status
     error = response.json()["error"]
-    assert needle in error["message"] and error["type"] == "invalid_request_error"
+    assert needle in error["message"] and error["type"] in CLIENT_ERROR_TYPES
+
+
+async def test_unknown_fields_are_ignored_as_vllm_serve_ignores_them(stack):
+    _, http, _ = stack
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1, "temprature": 1}
+    assert (await http.post("/v1/chat/completions", json=body)).status_code == 200
 
 
 async def test_openai_client_raises_typed_errors(stack):
     client, _, _ = stack
     with pytest.raises(openai.NotFoundError):
         await client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+    with pytest.raises(openai.BadRequestError, match="max_model_len=128"):
         await client.chat.completions.create(
             model="fake-a", messages=[{"role": "user", "content": "x"}], max_tokens=1000, stream=True
         )
@@ -151,7 +157,7 @@ async def test_unknown_route_and_wrong_method_are_openai_errors(stack):
 async def test_large_responses_are_gzipped_small_ones_not(small_config, stack):
     _, http, _ = stack
     threshold = small_config.ingress.gzip_min_bytes
-    large_body, small_body = {"prompt": "a", "max_tokens": 60}, {"prompt": "a", "max_tokens": 1}
+    large_body, small_body = {"prompt": "a", "max_tokens": 100}, {"prompt": "a", "max_tokens": 1}
     plain = {"accept-encoding": "identity"}
     large_raw = await http.post("/v1/completions", json=large_body, headers=plain)
     small_raw = await http.post("/v1/completions", json=small_body, headers=plain)
@@ -161,7 +167,7 @@ async def test_large_responses_are_gzipped_small_ones_not(small_config, stack):
     large = await http.post("/v1/completions", json=large_body, headers={"accept-encoding": "gzip"})
     assert large.headers["content-encoding"] == "gzip"
     assert int(large.headers["content-length"]) < len(large_raw.content)
-    assert large.json()["usage"]["completion_tokens"] == 60  # httpx decodes it transparently
+    assert large.json()["usage"]["completion_tokens"] == 100  # httpx decodes it transparently
     small = await http.post("/v1/completions", json=small_body, headers={"accept-encoding": "gzip"})
     assert "content-encoding" not in small.headers
 
@@ -180,7 +186,8 @@ async def test_replica_failure_mid_stream_is_an_error_event_and_the_server_keeps
     response = await http.post("/v1/completions", json={"prompt": "a", "max_tokens": 5, "stream": True})
     events = [line for line in response.text.splitlines() if line.startswith("data: ")]
     assert '"text":" w1"' in events[1]
-    assert json.loads(events[-1][len("data: "):])["error"]["message"].startswith("model 'fake-a' failed")
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: "):])["error"]["message"].startswith("model 'fake-a' failed")
     engines["fake-a"].fail_after = None
     answer = await client.completions.create(model="fake-a", prompt="a", max_tokens=1)
     assert answer.choices[0].text == " w0"

@@ -10,7 +10,6 @@ from serve_app.engine.base import (
     EngineError,
     EngineRequestError,
     GenerationRequest,
-    SamplingOptions,
 )
 from serve_app.quantile import quantile
 from serve_app.scheduling.batcher import ENGINE_PRIORITY_STRIDE, LengthBucketBatcher
@@ -18,7 +17,7 @@ from serve_app.scheduling.errors import Overloaded, RateLimited, ReplicaUnavaila
 from serve_app.scheduling.long_cap import SHORT_DEMAND_WINDOW_S, LongCapPolicy
 from serve_app.scheduling.predictor import PromptClass
 from serve_app.scheduling.types import RequestMeta
-from tests.fakes import FakeEngine, ManualClock
+from tests.fakes import FakeEngine, ManualClock, generation_request
 
 
 def config(**ingress) -> AppConfig:
@@ -90,7 +89,7 @@ def batcher_for(pools: Pools, **ingress) -> tuple[LengthBucketBatcher, Observer]
 
 
 def request(max_tokens=None, prompt="a b", request_id="r"):
-    return GenerationRequest(request_id=request_id, sampling=SamplingOptions(max_tokens=max_tokens), prompt=prompt)
+    return generation_request(max_tokens, tuple(range(len(prompt.split()))), request_id)
 
 
 def meta(priority="realtime", template=None, client=None):
@@ -120,8 +119,8 @@ async def test_a_request_past_its_bucket_edge_continues_on_the_next_pool_as_one_
     assert [c.finish_reason for c in chunks][-1] == "stop" and [c.finish_reason for c in chunks[:-1]] == [None] * 6
     (first_pool, first), (second_pool, second) = pools.calls
     assert (first_pool, second_pool) == ("short", "long")
-    assert first.stop_after == 4 and first.sampling.max_tokens == 10
-    assert second.continuation == (0, 1, 2, 3) and second.sampling.max_tokens == 6 and second.stop_after is None
+    assert first.stop_after == 4 and first.max_tokens == 10
+    assert second.continuation == (0, 1, 2, 3) and second.max_tokens == 6 and second.stop_after is None
     assert observer.records[-1].pools == ["short", "long"] and observer.records[-1].output_tokens == 7
 
 
@@ -153,6 +152,41 @@ async def test_a_request_lost_before_output_is_re_sent():
     batcher, observer = batcher_for(pools)
     assert await text_of(batcher, request(3)) == " w0 w1 w2"
     assert observer.records[-1].resent == 1 and len(pools.calls) == 2
+
+
+def exact_only(max_tokens: int, **fields):
+    """A request whose state a continuation cannot rebuild (here: seeded, or with penalties)."""
+    from vllm.sampling_params import SamplingParams
+
+    return generation_request(max_tokens, params=SamplingParams(max_tokens=max_tokens, **fields))
+
+
+@pytest.mark.parametrize("fields", [{"seed": 3}, {"presence_penalty": 1.0}, {"repetition_penalty": 1.2}])
+async def test_a_request_that_cannot_continue_exactly_ends_with_an_error_when_its_replica_is_lost(fields):
+    pools = Pools()
+    pools.lose_after = [3]
+    batcher, observer = batcher_for(pools)
+    items = [item async for item in batcher.stream("m", exact_only(10, **fields), meta())]
+    assert [item.text for item in items[:-1]] == [" w0", " w1", " w2"]
+    assert isinstance(items[-1], EngineError) and items[-1].status == 503 and "retry it" in items[-1].message
+    assert len(pools.calls) == 1 and observer.records[-1].status == "error"
+
+
+async def test_a_request_that_cannot_continue_exactly_is_re_sent_whole_when_nothing_was_sent():
+    pools = Pools()
+    pools.lose_after = [0]
+    batcher, observer = batcher_for(pools)
+    assert await text_of(batcher, exact_only(3, seed=3)) == " w0 w1 w2"
+    assert [call.continuation for _, call in pools.calls] == [(), ()] and observer.records[-1].resent == 1
+
+
+async def test_a_request_that_cannot_continue_exactly_never_crosses_a_bucket_edge():
+    pools = Pools(answer_tokens=7)
+    batcher, _ = batcher_for(pools)
+    for _ in range(2):  # predicted short: it lands in the short pool, and stays there
+        batcher._predictor.observe(PromptClass("completion", "t", 3), 2)
+    assert await text_of(batcher, exact_only(10, seed=1), meta(template="t")) == "".join(f" w{i}" for i in range(7))
+    assert [(pool, call.stop_after) for pool, call in pools.calls] == [("short", None)]
 
 
 async def test_retries_are_bounded_then_503_before_output_or_an_error_event_after():
@@ -317,16 +351,17 @@ async def test_realtime_falls_back_to_the_tiny_tier_while_the_big_model_is_at_ze
     pools = TieredPools()
     batcher = LengthBucketBatcher(config, pools, Observer())
     batcher.set_slots("tiny", "default", 4)
-    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
-    assert {c.model for c in chunks} == {"tiny"} and len(pools.engines["tiny"].requests) == 1
+    answering = batcher.route("big", meta("realtime"), 2)
+    assert answering == "tiny" and batcher.route("big", meta("batch"), 2) == "big"
+    assert await text_of_model(batcher, answering, request(2), meta("realtime")) == " w0 w1"
+    assert len(pools.engines["tiny"].requests) == 1
     waiting = asyncio.create_task(text_of_model(batcher, "big", request(2), meta("batch")))
     await asyncio.sleep(0.01)
     big = batcher.stats()[("big", "default")]
     assert not waiting.done() and big.waiting == 1 and big.diverted == 1  # demand that should scale it up
     batcher.set_slots("big", "default", 4)  # a big replica is ready
     assert await waiting == " w0 w1"
-    chunks = [c async for c in batcher.stream("big", request(2), meta("realtime"))]
-    assert {c.model for c in chunks} == {None} and len(pools.engines["big"].requests) == 2
+    assert batcher.route("big", meta("realtime"), 2) == "big"
 
 
 async def text_of_model(batcher, model, req, info):

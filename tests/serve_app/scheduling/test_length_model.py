@@ -1,14 +1,13 @@
 import random
 
-from serve_app.engine.base import SamplingOptions
 from serve_app.scheduling.length_model import OnlineLengthModel
-from serve_app.scheduling.prompt_features import describe
+from serve_app.scheduling.prompt_features import SamplingSummary, describe
 
 TOPICS = ["rivers", "tea", "bridges", "owls", "glass", "trains", "salt", "maps", "bees", "clocks"]
 
 
 def features(text):
-    return describe((("user", text),), None, SamplingOptions()).features
+    return describe((("user", text),), None, SamplingSummary()).features
 
 
 def test_it_learns_a_separable_signal_from_the_prompt_words():

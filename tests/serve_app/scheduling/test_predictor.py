@@ -1,7 +1,6 @@
 from serve_app.config import PredictorConfig
-from serve_app.engine.base import SamplingOptions
 from serve_app.scheduling.predictor import LengthPredictor, Prediction, PromptClass
-from serve_app.scheduling.prompt_features import describe
+from serve_app.scheduling.prompt_features import SamplingSummary, describe
 
 CAPITAL = PromptClass("chat", "capital", 40)
 
@@ -62,7 +61,7 @@ def test_memory_stays_bounded_under_many_tenants_and_classes_least_recently_obse
 
 
 def described(text, max_tokens=None):
-    return describe((("user", text),), None, SamplingOptions(max_tokens=max_tokens))
+    return describe((("user", text),), None, SamplingSummary(max_tokens=max_tokens))
 
 
 def test_history_then_model_then_max_tokens_always_capped():

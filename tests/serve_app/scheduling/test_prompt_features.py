@@ -1,7 +1,6 @@
-from serve_app.engine.base import SamplingOptions
-from serve_app.scheduling.prompt_features import FINGERPRINT_WORDS, describe, fingerprint, normalise
+from serve_app.scheduling.prompt_features import FINGERPRINT_WORDS, SamplingSummary, describe, fingerprint, normalise
 
-PLAIN = SamplingOptions()
+PLAIN = SamplingSummary()
 
 
 def chat(*messages, sampling=PLAIN, model=None):
@@ -27,8 +26,8 @@ def test_features_see_structure_sampling_and_model_and_stay_bounded():
     base = chat(("user", "What is the capital of France?"))
     assert base.kind == "chat" and base.prompt_chars == len("What is the capital of France?")
     for other in (chat(("system", "Be brief."), ("user", "What is the capital of France?")),
-                  chat(("user", "What is the capital of France?"), sampling=SamplingOptions(max_tokens=5)),
-                  chat(("user", "What is the capital of France?"), sampling=SamplingOptions(stop=("\n",))),
+                  chat(("user", "What is the capital of France?"), sampling=SamplingSummary(max_tokens=5)),
+                  chat(("user", "What is the capital of France?"), sampling=SamplingSummary(stop=("\n",))),
                   chat(("user", "What is the capital of France?"), model="big")):
         assert set(other.features) != set(base.features)
     huge = chat(("user", "word " * 200_000))

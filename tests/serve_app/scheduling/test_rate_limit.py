@@ -49,10 +49,10 @@ def test_a_request_bound_past_the_whole_bucket_is_admitted_once_the_bucket_is_fu
     assert limiter.admit("alpha", None).reserved_tokens == 600
 
 
-def test_the_bound_is_the_prompt_estimate_plus_max_tokens_else_the_context():
-    assert request_token_bound(prompt_chars=400, max_tokens=50, context=2048) == 100 + 50
-    assert request_token_bound(prompt_chars=400, max_tokens=None, context=2048) == 2048
-    assert request_token_bound(prompt_chars=400, max_tokens=None, context=None) is None
+def test_the_bound_is_the_prompt_plus_max_tokens_else_the_context():
+    assert request_token_bound(prompt_tokens=100, max_tokens=50, context=2048) == 100 + 50
+    assert request_token_bound(prompt_tokens=100, max_tokens=None, context=2048) == 2048
+    assert request_token_bound(prompt_tokens=100, max_tokens=None, context=None) is None
     model = ModelConfig.model_validate({
         "name": "m", "engine": {"model": "unused", "max_model_len": 2048},
         "pools": [{"name": "short", "max_output_tokens": 8}, {"name": "long", "engine": {"max_model_len": 4096}}],
