@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -64,7 +64,8 @@ class RequestContext:
     """What stopped the request before any output (an overload, a replica's
     400): the handler turns it into the HTTP status vLLM's layer cannot send
     once its event stream has begun."""
-    sent: bool = field(default=False)
+    sent: bool = False
+    """Whether any output reached vLLM's layer (and so, perhaps, the client)."""
 
 
 CURRENT_REQUEST: contextvars.ContextVar[RequestContext] = contextvars.ContextVar("serve_app_request")
@@ -97,8 +98,11 @@ class RoutedEngineClient(EngineClient):
     errored = False
     dead_error = RuntimeError("the app's engine client does not die")
 
-    def generate(self, prompt: Any, sampling_params: SamplingParams, request_id: str, *,
-                 priority: int = 0, **_: Any) -> AsyncIterator[RequestOutput]:
+    def generate(self, prompt: Any, sampling_params: SamplingParams, request_id: str,
+                 **_: Any) -> AsyncIterator[RequestOutput]:
+        """vLLM's keyword arguments (its integer `priority` among them) are not
+        used: the scheduler sets the engine priority from the priority class and
+        the predicted length."""
         context = CURRENT_REQUEST.get()
         prompt_ids = tuple(prompt["prompt_token_ids"])
         children = child_params(sampling_params)
@@ -129,8 +133,8 @@ class RoutedEngineClient(EngineClient):
 
 RoutedEngineClient.__abstractmethods__ = frozenset()
 """The rest of vLLM's engine protocol (LoRA, sleep, profiling, KV transfer,
-pooling) is not served: calling it raises `AttributeError` or
-`NotImplementedError` from the protocol's own stubs."""
+pooling) is left to the protocol's own stubs, which do nothing: this frontend
+serves none of it."""
 
 
 def child_params(params: SamplingParams) -> list[SamplingParams]:

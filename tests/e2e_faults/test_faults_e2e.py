@@ -211,6 +211,5 @@ def test_what_cannot_continue_exactly_ends_with_a_clear_error_and_plain_text_res
     for name in ("penalties", "grammar"):
         error = results[name]["error"]
         assert error is not None and error["code"] == 503 and "retry it" in error["message"], (name, error)
-        assert error["type"] == "ServiceUnavailableError"
         assert results[name]["text"]  # what was sent stays sent
     wait_for(lambda: running(f"LLMServer-{MODEL}-long") == 1, 300, "the long pool replaced")
