@@ -199,7 +199,7 @@ def main() -> int:
     factor, why_not = quantization_factor(results, settings, workload, summary["command"])
     if factor:
         summary["factors"] = {"quantization": factor}
-    elif any(s.quantization for s in results.values()):
+    elif any(entry.get("quantization") for entry in results.values()):
         summary["factors_not_emitted"] = {"quantization": why_not}
     out = REPO / args.out
     write_json(out.with_suffix(".json"), summary, settings)
