@@ -6,44 +6,26 @@ import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import NOTABLE_FLAGS, cpu_model, git_state
 from serve_app.engine.cpu_dtype import cpu_flags
 
 REPO = Path(__file__).resolve().parent.parent
-FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "fma")
-"""CPU flags recorded with a result."""
 INPUTS = ("*.py", "configs", "pyproject.toml")
 """What a result depends on: a change elsewhere (results, docs) does not make it dirty."""
-
-
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown CPU"
 
 
 def provenance(script: str, argv: Sequence[str] | None) -> dict[str, Any]:
     """Git commit (and whether tracked `INPUTS` differed), CPU model, flags and load (timings
     share the machine), the command line."""
     flags = cpu_flags()
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", *INPUTS)
     args = sys.argv[1:] if argv is None else list(argv)
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
-            "cpu": {"model": _cpu_model(), "flags": [f for f in FLAGS if f in flags], "cpus": os.cpu_count(),
+    return {**git_state(paths=INPUTS),
+            "cpu": {"model": cpu_model(), "flags": [f for f in NOTABLE_FLAGS if f in flags], "cpus": os.cpu_count(),
                     "load_average_1m_at_end": os.getloadavg()[0]},
             "command": shlex.join([".venv/bin/python", script, *args])}
 

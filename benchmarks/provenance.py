@@ -11,7 +11,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ NOTABLE_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "a
 """CPU feature flags a result records: those that decide vLLM CPU's speed and dtype."""
 
 
-def git_state(repo: Path = REPO) -> dict[str, Any]:
-    """`git rev-parse HEAD` and whether tracked files differ from it (None where git cannot tell)."""
+def git_state(repo: Path = REPO, paths: Sequence[str] = ()) -> dict[str, Any]:
+    """`git rev-parse HEAD` and whether tracked files (those under `paths`, when
+    given) differ from it (None where git cannot tell)."""
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
@@ -31,7 +32,7 @@ def git_state(repo: Path = REPO) -> dict[str, Any]:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no", *(["--", *paths] if paths else []))
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
