@@ -14,7 +14,6 @@ from typing import Any
 from benchmarks.provenance import NOTABLE_FLAGS, cpu_model, git_state
 from serve_app.engine.cpu_dtype import cpu_flags
 
-REPO = Path(__file__).resolve().parent.parent
 INPUTS = ("*.py", "configs", "pyproject.toml")
 """What a result depends on: a change elsewhere (results, docs) does not make it dirty."""
 
