@@ -72,7 +72,7 @@ async def test_a_stream_whose_client_leaves_before_its_first_chunk_leaves_the_qu
         slots = (await pool_stats(http))["slots"]
         fillers = [asyncio.create_task(http.post("/v1/completions", json=long)) for _ in range(slots)]
         try:
-            await wait_for(lambda: _all_taken(http, slots), timeout_s=60)
+            await wait_for(lambda: _all_taken(http, slots, fillers), timeout_s=120)
             waiting = (await pool_stats(http))["waiting"]
             body = json.dumps({**long, "stream": True}).encode()
             writer = await post_raw(url, body, sent=len(body))
@@ -91,7 +91,9 @@ async def test_a_stream_whose_client_leaves_before_its_first_chunk_leaves_the_qu
         await wait_for(lambda: _idle(http), timeout_s=60, poll_s=0.2)
 
 
-async def _all_taken(http: httpx.AsyncClient, slots: int) -> bool:
+async def _all_taken(http: httpx.AsyncClient, slots: int, fillers: list[asyncio.Task]) -> bool:
+    ended = [filler.exception() or filler.result() for filler in fillers if filler.done()]
+    assert not ended, f"{len(ended)} fillers ended early, the first with {ended[0]!r}: {getattr(ended[0], 'text', '')[:300]}"
     stats = await pool_stats(http)
     return stats["in_flight"] + stats["waiting"] >= slots and stats["in_flight"] > 0
 

@@ -35,6 +35,7 @@ MAX_TOKENS = 64
 MAX_NUM_SEQS = 12
 """Sequences one engine runs at once; the deployment allows 16 ongoing requests."""
 REPLICAS = 3
+SPOT_DEPLOYMENT = f"LLMServer-{MODEL}-default-spot"
 SINGLE_THREAD = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
@@ -179,6 +180,20 @@ def report(case: str, results, reference: list[str], before: dict, after: dict) 
     }
     print(f"\n[fault] {case}: {counts}")
     return counts
+
+
+def ingress_slots(base: str) -> int:
+    """The pool's slots as the ingress counts them (from its own poll of the controller)."""
+    return httpx.get(f"{base}/stats", timeout=30).json()["pools"][f"{MODEL}/default"]["slots"]
+
+
+def ongoing_by_node(deployment: str) -> dict[str, int]:
+    """Requests each live replica of `deployment` runs now, by the hex id of the node it runs on."""
+    alive = ray._private.state.actors(actor_state_name="ALIVE").values()
+    replicas = [actor for actor in alive if actor["ActorClassName"] == f"ServeReplica:llm:{deployment}"]
+    ongoing = ray.get([ray.get_actor(actor["Name"], namespace="serve").get_num_ongoing_requests.remote()
+                       for actor in replicas])
+    return {actor["Address"]["NodeID"]: count for actor, count in zip(replicas, ongoing, strict=True)}
 
 
 def wait_for_full_pool(expected: int = REPLICAS, timeout_s: float = 400) -> float:

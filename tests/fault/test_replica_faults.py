@@ -25,7 +25,9 @@ from tests.fault.conftest import (
     MODEL,
     PROMPTS,
     REPLICAS,
+    SPOT_DEPLOYMENT,
     all_decoding,
+    ingress_slots,
     moves,
     running_replicas,
     stream,
@@ -36,7 +38,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 LONG_STREAMS = 8
 HUNG_AFTER_S = 120.0
-SPOT_DEPLOYMENT = f"LLMServer-{MODEL}-default-spot"
 
 
 def short_body(i: int, priority: str) -> dict:
@@ -110,13 +111,9 @@ def test_slots_are_what_the_engines_run_at_once(cluster):
     admits 12 per replica, and queues the rest itself, visibly, in order."""
     _, _, base = cluster
     wait_for_full_pool()
-
-    def slots() -> int:
-        return httpx.get(f"{base}/stats", timeout=30).json()["pools"][f"{MODEL}/default"]["slots"]
-
     # The ingress learns of a replica from its poll of the controller, seconds after it runs.
     expected = REPLICAS * MAX_NUM_SEQS
-    assert wait_until(lambda: slots() == expected, 60), f"{slots()} slots, not {expected}"
+    assert wait_until(lambda: ingress_slots(base) == expected, 60), f"{ingress_slots(base)} slots, not {expected}"
 
 
 def test_a_dead_engine_loses_no_request(cluster, reference):

@@ -14,8 +14,19 @@ import json
 import pytest
 
 from serve_app.capacity import MARKET_TYPE_LABEL, SPOT
-from tests.conftest import REPO
-from tests.fault.conftest import PROMPTS, moves, report, run_with_faults, wait_for_full_pool
+from tests.conftest import REPO, wait_until
+from tests.fault.conftest import (
+    MAX_NUM_SEQS,
+    PROMPTS,
+    REPLICAS,
+    SPOT_DEPLOYMENT,
+    ingress_slots,
+    moves,
+    ongoing_by_node,
+    report,
+    run_with_faults,
+    wait_for_full_pool,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -40,29 +51,45 @@ def write_resume_overhead(counts: dict, reference_s: list[float], faulted_s: lis
     out.write_text(json.dumps(result, indent=2))
 
 
+def full_pool_as_the_ingress_sees_it(base: str) -> None:
+    """Every replica running, and the ingress counting all their slots (its poll of the controller lags),
+    so batch streams spread over both Spot replicas instead of overflowing to on-demand."""
+    wait_for_full_pool()
+    expected = REPLICAS * MAX_NUM_SEQS
+    assert wait_until(lambda: ingress_slots(base) == expected, 60), f"{ingress_slots(base)} slots, not {expected}"
+
+
 def test_one_spot_node_dies_under_load(cluster, reference):
     ray_cluster, nodes, base = cluster
-    wait_for_full_pool()
+    full_pool_as_the_ingress_sees_it(base)
     texts, reference_s = reference
     before = moves(base)
-    victim = nodes["spot"].pop(0)
 
     async def preempt():
+        # The node whose replica runs the most streams: which one that is depends on routing and timing.
+        ongoing = await asyncio.to_thread(ongoing_by_node, SPOT_DEPLOYMENT)
+        victim = max(nodes["spot"], key=lambda node: ongoing.get(node.node_id, 0))
+        print(f"\n[fault] streams per Spot node {ongoing}; removing {victim.node_id}")
+        assert ongoing.get(victim.node_id, 0) > 0, f"no stream runs on a Spot node: {ongoing}"
+        nodes["spot"].remove(victim)
         await asyncio.to_thread(ray_cluster.remove_node, victim)
 
-    results, seconds = run_with_faults(base, preempt)
+    try:
+        results, seconds = run_with_faults(base, preempt)
+    finally:  # capacity returns, whatever this test found, so the next one starts from a full pool
+        while len(nodes["spot"]) < 2:
+            nodes["spot"].append(ray_cluster.add_node(num_cpus=1, labels={MARKET_TYPE_LABEL: SPOT}))
     counts = report("one spot node", results, texts, before, moves(base))
     write_resume_overhead(counts, reference_s, seconds)
     assert counts["failed"] == 0 and counts["succeeded"] == len(PROMPTS)
     assert counts["differs_from_uninterrupted"] == 0
     assert counts["streams_resumed"] + counts["requests_resent"] > 0
-    nodes["spot"].append(ray_cluster.add_node(num_cpus=1, labels={MARKET_TYPE_LABEL: SPOT}))  # capacity returns
     print(f"[fault] pool back at full size after {wait_for_full_pool():.0f}s")
 
 
 def test_most_spot_nodes_die_within_seconds(cluster, reference):
     ray_cluster, nodes, base = cluster
-    wait_for_full_pool()
+    full_pool_as_the_ingress_sees_it(base)
     before = moves(base)
     victims, nodes["spot"] = nodes["spot"], []
 
