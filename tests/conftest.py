@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from serve_app.config import AppConfig
@@ -54,8 +56,6 @@ def engine_processes() -> list[str]:
 
 
 def wait_until(condition, timeout_s: float, poll_s: float = 0.5) -> bool:
-    import time
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
@@ -83,3 +83,23 @@ def serve_run_app(config: str, probe_model: str | None = None) -> Iterator[str]:
     finally:
         server.stop()
         assert wait_until(lambda: not engine_processes(), 60), f"vLLM processes left behind: {engine_processes()}"
+
+
+STEADY_S = 1.5
+"""A one-token completion answering within this, twice in a row, means the app is past its start."""
+
+
+def wait_until_steady(base_url: str, timeout_s: float = 120) -> float:
+    """Returns (seconds waited) once the app answers promptly. Right after `serve run` first
+    answers, the replica is still moving Ray's threads off the engine's cores and Ray's own
+    agents are starting; a CI run saw Serve's proxy hold finished responses for 5 s then."""
+    started = time.monotonic()
+    prompt = {"prompt": "Hi", "max_tokens": 1}
+    in_a_row = 0
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        while in_a_row < 2:
+            assert time.monotonic() - started < timeout_s, f"no prompt answer within {timeout_s}s"
+            sent = time.monotonic()
+            answered = http.post("/completions", json=prompt).status_code == 200
+            in_a_row = in_a_row + 1 if answered and time.monotonic() - sent < STEADY_S else 0
+    return time.monotonic() - started

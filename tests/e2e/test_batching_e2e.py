@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
-import openai
 import pytest
+
+from tests.e2e.saturation import SLOTS, WAVE, run_saturated, shorts_skip_the_queue
 
 pytestmark = pytest.mark.e2e
 
@@ -18,55 +18,19 @@ def stats(live_app: str) -> dict:
     return httpx.get(live_app.removesuffix("/v1") + "/stats", timeout=30).json()
 
 
-async def timed(coro) -> float:
-    start = time.perf_counter()
-    await coro
-    return time.perf_counter() - start
-
-
 def test_short_answers_do_not_wait_behind_long_ones(live_app):
-    pool_stats = []  # the pool every 0.25 s, from the first long request to the last short one
-
-    async def sample() -> None:
-        while True:
-            pool_stats.append((await asyncio.to_thread(stats, live_app))["pools"]["smollm2-135m-instruct/default"])
-            await asyncio.sleep(0.25)
-
-    async def run():
-        client = openai.AsyncOpenAI(base_url=live_app, api_key="unused", max_retries=0, timeout=300)
-
-        def ask(n: int, max_tokens: int):
-            return client.completions.create(
-                model=MODEL, prompt=f"Story {n}:", max_tokens=max_tokens, extra_body={"ignore_eos": True}
-            )
-
-        sampler = asyncio.create_task(sample())
-        longs = [asyncio.create_task(timed(ask(n, 384))) for n in range(12)]
-        await asyncio.sleep(3)  # the long requests are running now
-        waves = []
-        for wave in range(4):
-            waves.append(await asyncio.gather(*(timed(ask(n, 16)) for n in range(wave * 6, wave * 6 + 6))))
-        sampler.cancel()
-        # The sampler's polls share a busy machine (a CI run got one in 35 s): the state
-        # the waves left is read once more, before the reserve lapses 10 s after them.
-        pool_stats.append((await asyncio.to_thread(stats, live_app))["pools"]["smollm2-135m-instruct/default"])
-        return waves, sorted(await asyncio.gather(*longs))
-
-    waves, longs = asyncio.run(run())
-    shorts = sorted(seconds for wave in waves for seconds in wave)
-    short_p95, long_p50 = shorts[-2], longs[len(longs) // 2]
-    seen = [(pool["in_flight"], pool["long_in_flight"], pool["waiting"], pool["long_cap"]) for pool in pool_stats]
-    print(f"\n[e2e] short p50 {shorts[len(shorts) // 2]:.2f}s p95 {short_p95:.2f}s max {shorts[-1]:.2f}s; "
-          f"long p50 {long_p50:.1f}s min {longs[0]:.1f}s; short waves {[[round(t, 2) for t in wave] for wave in waves]}; "
-          f"pool (in flight, long, waiting, long cap) every 0.25 s: {seen}")
+    """Long requests saturate the slots and queue; short ones skip both (the same run
+    with length awareness off fails this check: tests/e2e_nobuckets)."""
+    run = run_saturated(live_app)
+    print(f"\n[e2e] length awareness on: {run.describe()}")
     # One CI run saw one short request of 24 take 16.9 s (the rest about 1.2 s), not
     # reproduced in 10 runs since: the p95 must be short, and no short one as slow as a long one.
-    assert short_p95 < long_p50 / 4 and shorts[-1] < long_p50
-    # Nothing waited: all twelve long requests ran at once under their cap, and the short
-    # ones took the reserve, sized to the six each wave held (seven if one ended late).
-    assert max(pool["long_in_flight"] for pool in pool_stats) == 12
-    assert all(pool["waiting"] == 0 and pool["long_in_flight"] <= pool["long_cap"] for pool in pool_stats)
-    assert pool_stats[-1]["slots"] == 32 and 32 - 7 <= pool_stats[-1]["long_cap"] <= 32 - 6
+    assert shorts_skip_the_queue(run)
+    # Long requests queued, never past their cap; the short ones took the reserve,
+    # sized to the six each wave held (seven if one ended late).
+    assert max(pool["waiting"] for pool in run.pool) > 0
+    assert all(pool["long_in_flight"] <= pool["long_cap"] for pool in run.pool)
+    assert run.pool[-1]["slots"] == SLOTS and SLOTS - 7 <= run.pool[-1]["long_cap"] <= SLOTS - WAVE
 
 
 def test_the_engine_runs_in_the_dtype_this_cpu_supports_and_the_app_is_ready(live_app):
