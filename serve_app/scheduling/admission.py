@@ -102,6 +102,15 @@ class Slot:
             self._released = True
             self._queue._free(self.long)
 
+    def count_as_long(self) -> bool:
+        """The request was admitted as short and ran past the long edge: from now on
+        it holds one of the long requests' capped slots, so the cap and the short
+        requests' measured demand see it as what it is. Returns `long` (True)."""
+        if not self.long and not self._released:
+            self.long = True
+            self._queue._long_in_flight += 1
+        return self.long
+
 
 class PoolQueue:
     def __init__(

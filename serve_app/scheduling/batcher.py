@@ -3,7 +3,8 @@
 Each request's output length is predicted (`LengthPredictor`); the prediction
 picks the model's pool (its length bucket) and, under length-aware scheduling,
 its place in the pool's queue, whether it counts as long (capped by
-`LongCapPolicy`) and its engine priority. The pool's `PoolQueue` admits it or
+`LongCapPolicy`; a short one counts as long once its output reaches the long
+edge) and its engine priority. The pool's `PoolQueue` admits it or
 refuses (`Overloaded`). The request then streams from the pool through a
 `PoolClient`, attempt by attempt (`serve_app.scheduling.attempts`): on to the
 next pool at a bucket's edge, re-sent or resumed when a replica is lost or
@@ -21,13 +22,7 @@ from contextlib import aclosing
 from dataclasses import replace
 
 from serve_app.config import PRIORITIES, AppConfig, ModelConfig, PoolConfig, Priority
-from serve_app.engine.base import (
-    REPLICA_GONE_CODES,
-    EngineError,
-    GenerationChunk,
-    GenerationRequest,
-    not_resumable,
-)
+from serve_app.engine.base import REPLICA_GONE_CODES, EngineError, GenerationChunk, GenerationRequest, not_resumable
 from serve_app.scheduling.admission import PoolStats, Rank, Slot
 from serve_app.scheduling.attempts import RetryPolicy, plan_attempt
 from serve_app.scheduling.errors import (
@@ -227,6 +222,7 @@ class LengthBucketBatcher:
         avoid: list[str] = []
         """Replicas found gone for good by earlier attempts: Serve's router skips them."""
         rebucket = config.overrun == "rebucket" and request.resumable
+        long_edge = config.length_scheduling.long_tokens if config.length_scheduling.enabled else None
         try:
             while True:
                 pool = config.pools[index]
@@ -246,6 +242,8 @@ class LengthBucketBatcher:
                         sent_chars += len(item.text)
                         record.output_tokens += item.num_tokens
                         record.prompt_tokens = item.prompt_tokens
+                        if long_edge is not None and record.output_tokens >= long_edge and not slot.long:
+                            record.long = slot.count_as_long()  # predicted short, runs long: capped from now on
                         moved_on = attempt.moves_on(item, record.output_tokens)
                         if moved_on:
                             item = replace(item, finish_reason=None)

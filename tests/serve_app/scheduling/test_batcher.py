@@ -499,6 +499,24 @@ async def test_the_short_reserve_follows_the_short_requests_each_arrival_found()
     assert batcher.stats()[("m", "long")].long_cap == 13  # ceil(p95 of 1, 2, 3) kept for them
 
 
+async def test_a_request_predicted_short_counts_as_long_once_its_output_reaches_the_long_edge():
+    pools = Pools(answer_tokens=6)
+    batcher, observer = batcher_for(pools)
+    model = batcher._models["m"]
+    scheduling = model.length_scheduling.model_copy(update={"long_tokens": 10})
+    batcher._models["m"] = model.model_copy(update={"length_scheduling": scheduling})
+    batcher._pools.long_caps[("m", "long")] = LongCapPolicy(scheduling)
+    batcher.set_slots("m", "long", 8)
+    for _ in range(2):  # the class's history: answers of 6 tokens, so the next one is predicted short
+        await text_of(batcher, request(20), meta(template="t"))
+    pools.engines["long"].answer_tokens = None  # this one runs to its max_tokens
+    long_in_flight = [batcher.stats()[("m", "long")].long_in_flight
+                      async for _ in batcher.stream("m", request(20), meta(template="t"))]
+    assert long_in_flight == [0] * 9 + [1] * 11  # from its tenth token on, it holds a capped long slot
+    assert observer.records[-1].predicted_tokens == 6 and observer.records[-1].long
+    assert batcher.stats()[("m", "long")].long_in_flight == 0  # and gave it back as a long one
+
+
 async def test_a_tenant_flooding_a_class_with_long_outputs_leaves_anothers_predictions_alone():
     keys = [ApiKeyConfig(name=name, sha256=digit * 64) for name, digit in (("alpha", "a"), ("beta", "b"))]
     pools = Pools(answer_tokens=2)
