@@ -25,7 +25,7 @@ from benchmarks.servers import free_port
 from serve_app.app import build_from_config
 from serve_app.capacity import MARKET_TYPE_LABEL, ON_DEMAND, SPOT
 from serve_app.config import AppConfig
-from tests.conftest import REPO
+from tests.conftest import REPO, wait_until
 
 MODEL = "smollm2"
 PROMPTS = [f"Write a short story about a {thing}." for thing in (
@@ -185,6 +185,14 @@ def report(case: str, results, reference: list[str], before: dict, after: dict) 
 def ingress_slots(base: str) -> int:
     """The pool's slots as the ingress counts them (from its own poll of the controller)."""
     return httpx.get(f"{base}/stats", timeout=30).json()["pools"][f"{MODEL}/default"]["slots"]
+
+
+def wait_for_full_pool_at_the_ingress(base: str) -> None:
+    """Every replica running, and the ingress counting all their slots: it learns of a
+    replica from its own poll of the controller, seconds after Serve reports it running."""
+    wait_for_full_pool()
+    expected = REPLICAS * MAX_NUM_SEQS
+    assert wait_until(lambda: ingress_slots(base) == expected, 60), f"{ingress_slots(base)} slots, not {expected}"
 
 
 def ongoing_by_node(deployment: str) -> dict[str, int]:

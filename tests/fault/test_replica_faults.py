@@ -20,18 +20,16 @@ from deployments.ray_private import drain_node_for_preemption
 from serve_app.capacity import MARKET_TYPE_LABEL, SPOT
 from tests.conftest import wait_until
 from tests.fault.conftest import (
-    MAX_NUM_SEQS,
     MAX_TOKENS,
     MODEL,
     PROMPTS,
-    REPLICAS,
     SPOT_DEPLOYMENT,
     all_decoding,
-    ingress_slots,
     moves,
     running_replicas,
     stream,
     wait_for_full_pool,
+    wait_for_full_pool_at_the_ingress,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -110,10 +108,7 @@ def test_slots_are_what_the_engines_run_at_once(cluster):
     """The deployment allows 16 ongoing requests, each engine runs 12: the ingress
     admits 12 per replica, and queues the rest itself, visibly, in order."""
     _, _, base = cluster
-    wait_for_full_pool()
-    # The ingress learns of a replica from its poll of the controller, seconds after it runs.
-    expected = REPLICAS * MAX_NUM_SEQS
-    assert wait_until(lambda: ingress_slots(base) == expected, 60), f"{ingress_slots(base)} slots, not {expected}"
+    wait_for_full_pool_at_the_ingress(base)  # 3 x 12 slots, not 3 x 16
 
 
 def test_a_dead_engine_loses_no_request(cluster, reference):

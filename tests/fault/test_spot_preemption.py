@@ -14,18 +14,16 @@ import json
 import pytest
 
 from serve_app.capacity import MARKET_TYPE_LABEL, SPOT
-from tests.conftest import REPO, wait_until
+from tests.conftest import REPO
 from tests.fault.conftest import (
-    MAX_NUM_SEQS,
     PROMPTS,
-    REPLICAS,
     SPOT_DEPLOYMENT,
-    ingress_slots,
     moves,
     ongoing_by_node,
     report,
     run_with_faults,
     wait_for_full_pool,
+    wait_for_full_pool_at_the_ingress,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -51,17 +49,9 @@ def write_resume_overhead(counts: dict, reference_s: list[float], faulted_s: lis
     out.write_text(json.dumps(result, indent=2))
 
 
-def full_pool_as_the_ingress_sees_it(base: str) -> None:
-    """Every replica running, and the ingress counting all their slots (its poll of the controller lags),
-    so batch streams spread over both Spot replicas instead of overflowing to on-demand."""
-    wait_for_full_pool()
-    expected = REPLICAS * MAX_NUM_SEQS
-    assert wait_until(lambda: ingress_slots(base) == expected, 60), f"{ingress_slots(base)} slots, not {expected}"
-
-
 def test_one_spot_node_dies_under_load(cluster, reference):
     ray_cluster, nodes, base = cluster
-    full_pool_as_the_ingress_sees_it(base)
+    wait_for_full_pool_at_the_ingress(base)
     texts, reference_s = reference
     before = moves(base)
 
@@ -89,7 +79,7 @@ def test_one_spot_node_dies_under_load(cluster, reference):
 
 def test_most_spot_nodes_die_within_seconds(cluster, reference):
     ray_cluster, nodes, base = cluster
-    full_pool_as_the_ingress_sees_it(base)
+    wait_for_full_pool_at_the_ingress(base)
     before = moves(base)
     victims, nodes["spot"] = nodes["spot"], []
 
