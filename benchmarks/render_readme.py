@@ -5,8 +5,8 @@ can drift from a file that records its commit, CPU, command and settings.
     .venv/bin/python benchmarks/render_readme.py           # rewrite both blocks
     .venv/bin/python benchmarks/render_readme.py --check   # exit 1 if either is stale
 
-Every `benchmarks/results/*.json` is listed; the throughput and mixed-workload
-benchmarks' figures are rendered, other kinds by name and commit only.
+Every `benchmarks/results/*.json` is listed; the throughput, mixed-workload and
+offline predictor benchmarks' figures are rendered, other kinds by name and commit only.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ BEGIN, END = "<!-- results:begin (benchmarks/render_readme.py) -->", "<!-- resul
 """The markers around each rendered block."""
 SUMMARY_FIGURES = {"output_tok_per_s": "output tok/s", "ttft_p50_s": "TTFT p50", "itl_p50_s": "ITL p50"}
 """Throughput ratios the README's summary shows."""
+PREDICTOR_FIGURES = {"bucket_accuracy": "bucket accuracy", "short_recall": "short recall", "kendall_tau_b": "Kendall tau"}
+"""Offline predictor figures the README's summary shows, the app's beside a constant's."""
 
 
 def load_results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
@@ -73,12 +75,35 @@ def mixed_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     return rows
 
 
+def predictor_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    predictors = data.get("predictors") or {}
+    if "app" not in predictors:
+        return other_rows(path, data)
+    app, constant = predictors["app"], predictors.get("constant") or {}
+    name, runs, at = data["benchmark"], f"{app.get('requests')} requests", where(path, data)
+    rows = [f"| {name}: app {label} (a constant: {fmt(constant.get(key))}) | {fmt(app.get(key))} | {runs} | {at} |"
+            for key, label in PREDICTOR_FIGURES.items()]
+    return rows + [f"| {name}: app cost p99 (us per request) | {fmt((app.get('cost_us') or {}).get('p99'))} | "
+                   f"{runs} | {at} |"]
+
+
+def predictor_table(predictors: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = ["| predictor | bucket accuracy | short recall | MAE (tokens) | Kendall tau | cost p50 / p99 (us) "
+            "| settled after (requests) |", "|---|---|---|---|---|---|---|"]
+    rows += [f"| `{name}` | {fmt(p.get('bucket_accuracy'))} | {fmt(p.get('short_recall'))} | {fmt(p.get('mae_tokens'))} "
+             f"| {fmt(p.get('kendall_tau_b'))} | {fmt((p.get('cost_us') or {}).get('p50'))} / "
+             f"{fmt((p.get('cost_us') or {}).get('p99'))} | {fmt(p.get('settled_after_requests'))} |"
+             for name, p in predictors.items()]
+    return "\n".join(rows)
+
+
 def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     return [f"| {data.get('benchmark', Path(path).stem)}: see the file | - | - | {where(path, data)} |"]
 
 
 ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
-    "throughput": throughput_rows, "mixed_workload": mixed_rows}
+    "throughput": throughput_rows, "mixed_workload": mixed_rows,
+    "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows}
 """Summary rows per benchmark kind (`benchmark` in the file)."""
 
 
@@ -109,6 +134,8 @@ def full(results: Mapping[str, Mapping[str, Any]]) -> str:
                 "output_tok_per_s", "ttft_p50_s", "itl_p50_s", "tpot_p50_s")) + f" | {r['valid_runs']}/{r['repeats']} |"
                 for r in data.get("results") or []]
             parts.append("\n".join(rows))
+        if data.get("predictors"):
+            parts.append(predictor_table(data["predictors"]))
         if prov.get("systems"):
             parts.append(settings_table(prov["systems"]))
     return "\n\n".join(parts)

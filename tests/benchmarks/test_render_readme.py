@@ -40,6 +40,10 @@ def result_files(tmp_path):
             "ratios_to_vllm": {"0.9": {"app": {"short_e2el_p99_s": 0.5}}},
             "capacity_at_slo": {"systems": {"app": {"capacity_req_per_s": 3.6, "bracketed": False}}}},
         "predictor.json": {"benchmark": "predictor_sharegpt"},
+        "predictor_run.json": {"benchmark": "predictor_sharegpt", "provenance": provenance, "predictors": {
+            "constant": {"requests": 100, "bucket_accuracy": 0.78, "short_recall": 0.0, "kendall_tau_b": None},
+            "app": {"requests": 100, "bucket_accuracy": 0.815, "short_recall": 0.28, "mae_tokens": 169.2,
+                    "kendall_tau_b": 0.319, "cost_us": {"p50": 83.0, "p99": 460.5}, "settled_after_requests": 1500}}},
         "flat.json": {"benchmark": "predictor_smollm2", "provenance": {"commit": COMMIT, "dirty": False,
                                                                          "cpu": {"model": "Xeon"}}},
     }
@@ -63,7 +67,12 @@ def test_each_summary_row_names_its_file_and_commit(tmp_path, monkeypatch):
     assert ("| predictor_sharegpt: see the file | - | - | [predictor.json](predictor.json), "
             "no commit recorded (not traceable), CPU not recorded |") in lines
     assert "| predictor_smollm2: see the file | - | - | [flat.json](flat.json), `0123456789`, Xeon |" in lines
+    assert ("| predictor_sharegpt: app bucket accuracy (a constant: 0.78) | 0.815 | 100 requests | "
+            "[predictor_run.json](predictor_run.json), `0123456789`-dirty, AMD EPYC 9R14 |") in lines
+    assert any(line.startswith("| predictor_sharegpt: app Kendall tau (a constant: -) | 0.319 |") for line in lines)
+    assert any(line.startswith("| predictor_sharegpt: app cost p99 (us per request) | 460 |") for line in lines)
     full = rr.full(results)
+    assert "| `app` | 0.815 | 0.28 | 169 | 0.319 | 83 / 460 | 1500 |" in full
     assert "| `app` | 1 [0.9-1.1] | 1 [0.9-1.1] | 1 [0.9-1.1] | 1 [0.9-1.1] | 3/3 |" in full
     assert "All systems ran with the same settings." in full and ".venv/bin/python benchmarks/throughput.py" in full
 
