@@ -38,7 +38,13 @@ from benchmarks import sharegpt  # noqa: E402
 from benchmarks.predictor_io import provenance, write_plot, write_result  # noqa: E402
 from serve_app.config import AppConfig, PredictorConfig  # noqa: E402
 from serve_app.config.app import app_configs, load_serve_config  # noqa: E402
-from serve_app.scheduling.predictor import NATURAL_FINISH, LengthPredictor, Prediction, PromptClass  # noqa: E402
+from serve_app.scheduling.predictor import (  # noqa: E402
+    NATURAL_FINISH,
+    LengthPredictor,
+    Prediction,
+    PromptClass,
+    worth_learning,
+)
 from serve_app.scheduling.prompt_features import SamplingSummary, describe  # noqa: E402
 
 SMOOTH_WINDOWS = 3
@@ -127,7 +133,7 @@ def settle_point(accuracies: Sequence[float], window: int) -> int:
 def run(name: str, classify: Callable[[Request], PromptClass], predictor: Any, requests: Sequence[Request],
         in_flight: int, long_tokens: int, window: int) -> dict[str, Any]:
     predicted, costs, sources = [], [], Counter()
-    running: deque[tuple[PromptClass, Request]] = deque()
+    running: deque[tuple[PromptClass, Request, int]] = deque()
     started = time.monotonic()
     for number, request in enumerate(requests, 1):
         begin = time.perf_counter()
@@ -136,10 +142,10 @@ def run(name: str, classify: Callable[[Request], PromptClass], predictor: Any, r
         costs.append(time.perf_counter() - begin)
         predicted.append(prediction.tokens)
         sources[prediction.source] += 1
-        running.append((cls, request))
+        running.append((cls, request, prediction.tokens))
         while len(running) > in_flight:
-            done_cls, done = running.popleft()
-            if done.finish == NATURAL_FINISH:
+            done_cls, done, done_predicted = running.popleft()
+            if worth_learning(done.finish, done.tokens, done_predicted):  # as the batcher learns
                 predictor.observe(done_cls, done.tokens)
         if number % 2000 == 0 or number == len(requests):
             print(f"  {name}: {number}/{len(requests)} requests, {time.monotonic() - started:.1f} s", flush=True)

@@ -34,7 +34,7 @@ from serve_app.scheduling.errors import (
     Unavailable,
 )
 from serve_app.scheduling.pool_queues import PoolQueues
-from serve_app.scheduling.predictor import NATURAL_FINISH, LengthPredictor
+from serve_app.scheduling.predictor import LengthPredictor, worth_learning
 from serve_app.scheduling.rate_limit import RateLimiter, request_token_bound
 from serve_app.scheduling.types import PoolClient, RequestMeta, RequestRecord, SchedulerObserver
 
@@ -150,7 +150,7 @@ class LengthBucketBatcher:
             record.latency_s = self._clock() - started
             self._limiter.settle(meta.client, decision.reserved_tokens, record.prompt_tokens + record.output_tokens)
             if record.status == "ok":
-                if record.finish_reason == NATURAL_FINISH:
+                if worth_learning(record.finish_reason, record.output_tokens, record.predicted_tokens):
                     self._predictor.observe(meta.prompt_class, record.output_tokens, meta.client)
                 self._pools.observe_finished(record)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)

@@ -10,8 +10,9 @@ Three sources, per tenant (API key; None without keys), first that applies:
 3. cold start: `max_tokens` when given, else `cold_start_tokens`. A new tenant
    or class starts in a long bucket and earns its way into a short one.
 
-Every prediction is capped by `max_tokens`. Only outputs that ended by
-themselves (`NATURAL_FINISH`) are learned. Tenants never share histories or
+Every prediction is capped by `max_tokens`. Outputs that ended by themselves
+(`NATURAL_FINISH`) are learned, and so are outputs cut short after they ran past
+their prediction (`worth_learning`). Tenants never share histories or
 models, so one tenant's flood cannot move another's predictions (a shared model
 would let a flood shift everyone's weights). Memory is bounded: at most
 `max_histories` windows of `window` lengths and `max_models` models of
@@ -29,12 +30,20 @@ from serve_app.quantile import quantile
 from serve_app.scheduling.length_model import OnlineLengthModel
 from serve_app.scheduling.prompt_features import PromptClass
 
-__all__ = ["NATURAL_FINISH", "LengthPredictor", "Prediction", "PromptClass"]
+__all__ = ["NATURAL_FINISH", "LengthPredictor", "Prediction", "PromptClass", "worth_learning"]
 
 NATURAL_FINISH = "stop"
 """Finish reason of an output that ended by itself (end of sequence or a stop
-string), the only kind learned: one cut at `max_tokens` says nothing of how
-long it would have run."""
+string): its length is the answer's length."""
+
+
+def worth_learning(finish_reason: str | None, output_tokens: int, predicted_tokens: int) -> bool:
+    """Whether a finished output teaches the predictor: one that ended by itself, or
+    one cut short (at `max_tokens`) after it ran past its prediction. The second's
+    length is only a lower bound of the answer's, but one above the prediction, so
+    learning it can only correct an underestimate; a cut at or below the prediction
+    (a small `max_tokens`) says nothing of how long the answer would have run."""
+    return finish_reason == NATURAL_FINISH or output_tokens > predicted_tokens
 
 
 @dataclass(frozen=True)

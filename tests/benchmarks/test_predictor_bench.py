@@ -47,13 +47,15 @@ def test_settle_point_is_where_the_curve_stays_near_its_final_level():
     assert settle_point([0.8] * 4, window=10) == 0
 
 
-def test_requests_are_observed_after_later_arrivals_and_only_when_they_ended_by_themselves():
+def test_requests_are_observed_after_later_arrivals_and_learned_as_the_batcher_learns():
     sampling = SamplingSummary(max_tokens=300)
     requests = [Request((("user", f"Say hello {i}"),), sampling, 3, "stop") for i in range(6)]
     requests += [Request((("user", "Say hello again"),), sampling, 300, "length")] * 4
     predictor = LengthPredictor(PredictorConfig(min_samples=100, model_min_samples=3))
     got = run("app", full_class, predictor, requests, in_flight=2, long_tokens=128, window=5)
-    # the 3rd finished request is observed when the 6th arrives: the model answers from the 6th on
-    assert got["sources"] == {"max_tokens": 5, "model": 5} and predictor._models[None].samples == 6
+    # the 3rd request is observed as the 5th arrives, after its prediction: the model answers from the 6th on. The 7th
+    # and 8th (cut at 300, predicted about 3 by the model: past their prediction) are learned too, as the
+    # batcher learns them (`worth_learning`); the 9th and 10th are still running at the end
+    assert got["sources"] == {"max_tokens": 5, "model": 5} and predictor._models[None].samples == 8
     assert got["requests"] == 10 and [w["requests"] for w in got["learning_curve"]] == [5, 5]
     assert run("k", full_class, Fixed(7), requests, 0, 128, 5)["mae_tokens"] == pytest.approx((6 * 4 + 4 * 293) / 10)

@@ -550,6 +550,21 @@ async def test_only_outputs_that_ended_by_themselves_are_learned():
     assert batcher.predictor_classes() == {"template:t": 3}
 
 
+async def test_an_output_cut_short_after_running_past_its_prediction_is_learned():
+    pools = Pools(answer_tokens=2)
+    batcher, observer = batcher_for(pools)
+    for _ in range(2):  # the class answers in 2 tokens
+        await text_of(batcher, request(20), meta(template="t"))
+    assert batcher._predictor.predict(PromptClass("completion", "t", 3), 20).tokens == 2
+    for engine in pools.engines.values():
+        engine.answer_tokens = None  # now it runs on: each answer is cut at max_tokens
+    await text_of(batcher, request(12), meta(template="t"))
+    assert (observer.records[-1].finish_reason, observer.records[-1].output_tokens) == ("length", 12)
+    # 12 is only a lower bound, but above the prediction of 2: learned, the prediction moves up
+    assert batcher.predictor_classes() == {"template:t": 3}
+    assert batcher._predictor.predict(PromptClass("completion", "t", 3), 20).tokens > 2
+
+
 async def limited_batcher(tokens_per_min: int) -> LengthBucketBatcher:
     """A batcher on a still clock whose client `team` has `tokens_per_min`, and
     whose predictor has seen the client's class answer in 2 tokens."""
