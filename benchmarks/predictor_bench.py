@@ -145,7 +145,7 @@ def run(name: str, classify: Callable[[Request], PromptClass], predictor: Any, r
         running.append((cls, request, prediction.tokens))
         while len(running) > in_flight:
             done_cls, done, done_predicted = running.popleft()
-            if worth_learning(done.finish, done.tokens, done_predicted):  # as the batcher learns
+            if worth_learning(done.finish, done.tokens, done_predicted, long_tokens):  # as the batcher learns
                 predictor.observe(done_cls, done.tokens)
         if number % 2000 == 0 or number == len(requests):
             print(f"  {name}: {number}/{len(requests)} requests, {time.monotonic() - started:.1f} s", flush=True)

@@ -150,7 +150,8 @@ class LengthBucketBatcher:
             record.latency_s = self._clock() - started
             self._limiter.settle(meta.client, decision.reserved_tokens, record.prompt_tokens + record.output_tokens)
             if record.status == "ok":
-                if worth_learning(record.finish_reason, record.output_tokens, record.predicted_tokens):
+                if worth_learning(record.finish_reason, record.output_tokens, record.predicted_tokens,
+                                  scheduling.long_tokens if scheduling.enabled else None):
                     self._predictor.observe(meta.prompt_class, record.output_tokens, meta.client)
                 self._pools.observe_finished(record)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)

@@ -11,8 +11,8 @@ Three sources, per tenant (API key; None without keys), first that applies:
    or class starts in a long bucket and earns its way into a short one.
 
 Every prediction is capped by `max_tokens`. Outputs that ended by themselves
-(`NATURAL_FINISH`) are learned, and so are outputs cut short after they ran past
-their prediction (`worth_learning`). Tenants never share histories or
+(`NATURAL_FINISH`) are learned, and so are outputs predicted short that ran past
+the long edge before they were cut (`worth_learning`). Tenants never share histories or
 models, so one tenant's flood cannot move another's predictions (a shared model
 would let a flood shift everyone's weights). Memory is bounded: at most
 `max_histories` windows of `window` lengths and `max_models` models of
@@ -37,13 +37,18 @@ NATURAL_FINISH = "stop"
 string): its length is the answer's length."""
 
 
-def worth_learning(finish_reason: str | None, output_tokens: int, predicted_tokens: int) -> bool:
+def worth_learning(finish_reason: str | None, output_tokens: int, predicted_tokens: int,
+                   long_tokens: int | None) -> bool:
     """Whether a finished output teaches the predictor: one that ended by itself, or
-    one cut short (at `max_tokens`) after it ran past its prediction. The second's
-    length is only a lower bound of the answer's, but one above the prediction, so
-    learning it can only correct an underestimate; a cut at or below the prediction
-    (a small `max_tokens`) says nothing of how long the answer would have run."""
-    return finish_reason == NATURAL_FINISH or output_tokens > predicted_tokens
+    one predicted short (under `long_tokens`; None: no length classes) that ran to
+    the long edge and was then cut short (at `max_tokens`). The second's length is
+    only a lower bound of the answer's, but one past the class edge it was predicted
+    under, so learning it corrects that mistake. Other cuts are not learned: one at a
+    small `max_tokens` says nothing of how long the answer would have run, and
+    learning every cut past its prediction made this model's own outputs
+    (benchmarks/results/predictor_smollm2.json, 37% cut at 512) all predicted long."""
+    crossed = long_tokens is not None and predicted_tokens < long_tokens <= output_tokens
+    return finish_reason == NATURAL_FINISH or crossed
 
 
 @dataclass(frozen=True)

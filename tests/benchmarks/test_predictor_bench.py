@@ -54,7 +54,7 @@ def test_requests_are_observed_after_later_arrivals_and_learned_as_the_batcher_l
     predictor = LengthPredictor(PredictorConfig(min_samples=100, model_min_samples=3))
     got = run("app", full_class, predictor, requests, in_flight=2, long_tokens=128, window=5)
     # the 3rd request is observed as the 5th arrives, after its prediction: the model answers from the 6th on. The 7th
-    # and 8th (cut at 300, predicted about 3 by the model: past their prediction) are learned too, as the
+    # and 8th (predicted about 3 by the model, cut at 300: past the long edge of 128) are learned too, as the
     # batcher learns them (`worth_learning`); the 9th and 10th are still running at the end
     assert got["sources"] == {"max_tokens": 5, "model": 5} and predictor._models[None].samples == 8
     assert got["requests"] == 10 and [w["requests"] for w in got["learning_curve"]] == [5, 5]

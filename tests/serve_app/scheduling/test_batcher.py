@@ -550,17 +550,22 @@ async def test_only_outputs_that_ended_by_themselves_are_learned():
     assert batcher.predictor_classes() == {"template:t": 3}
 
 
-async def test_an_output_cut_short_after_running_past_its_prediction_is_learned():
+async def test_an_output_predicted_short_and_cut_past_the_long_edge_is_learned():
     pools = Pools(answer_tokens=2)
     batcher, observer = batcher_for(pools)
+    model = batcher._models["m"]
+    batcher._models["m"] = model.model_copy(update={
+        "length_scheduling": model.length_scheduling.model_copy(update={"long_tokens": 10})})
     for _ in range(2):  # the class answers in 2 tokens
         await text_of(batcher, request(20), meta(template="t"))
     assert batcher._predictor.predict(PromptClass("completion", "t", 3), 20).tokens == 2
     for engine in pools.engines.values():
         engine.answer_tokens = None  # now it runs on: each answer is cut at max_tokens
+    await text_of(batcher, request(8), meta(template="t"))  # cut at 8, short of the long edge: says nothing
+    assert batcher.predictor_classes() == {"template:t": 2}
     await text_of(batcher, request(12), meta(template="t"))
     assert (observer.records[-1].finish_reason, observer.records[-1].output_tokens) == ("length", 12)
-    # 12 is only a lower bound, but above the prediction of 2: learned, the prediction moves up
+    # 12 is only a lower bound, but past the edge of the class it was predicted in: learned, the prediction moves up
     assert batcher.predictor_classes() == {"template:t": 3}
     assert batcher._predictor.predict(PromptClass("completion", "t", 3), 20).tokens > 2
 
