@@ -38,6 +38,11 @@ class LengthSchedulingConfig(StrictModel):
     short requests' recent TPOT p90 is above the target and growing while it is
     below. None: the long share stays at `long_slot_share`."""
 
+    @property
+    def long_edge(self) -> int | None:
+        """Output tokens from which a request counts as long; None with length awareness off."""
+        return self.long_tokens if self.enabled else None
+
     @model_validator(mode="after")
     def _shares_ordered(self) -> LengthSchedulingConfig:
         if self.min_long_slot_share > self.long_slot_share:

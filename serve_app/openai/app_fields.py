@@ -60,6 +60,11 @@ class AppFields(BaseModel):
             body["prompt"] = rendered.prompt if rendered.system is None else f"{rendered.system}\n\n{rendered.prompt}"
 
 
+def requested_max_tokens(request: Any) -> int | None:
+    """The output cap a vLLM request model carries (`max_completion_tokens` first, as vLLM reads it)."""
+    return getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
+
+
 def request_meta(http: Request, fields: AppFields, request: Any, body: dict[str, Any], client: str | None,
                  default: Priority) -> RequestMeta:
     """What the scheduler knows of a request: its priority class, its client and
@@ -70,7 +75,7 @@ def request_meta(http: Request, fields: AppFields, request: Any, body: dict[str,
     priority = fields.priority or header or default
     stop = getattr(request, "stop", None)
     sampling = SamplingSummary(
-        max_tokens=getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None),
+        max_tokens=requested_max_tokens(request),
         stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
         temperature=_or(getattr(request, "temperature", None), 1.0),
         top_p=_or(getattr(request, "top_p", None), 1.0),

@@ -28,7 +28,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from serve_app.config import AppConfig
-from serve_app.openai.app_fields import AppFields, request_meta
+from serve_app.openai.app_fields import AppFields, request_meta, requested_max_tokens
 from serve_app.openai.auth import Authenticator
 from serve_app.openai.body import BodyReader, check_limits
 from serve_app.openai.client_gone import GONE, first_unless_gone, unless_gone
@@ -180,8 +180,7 @@ class OpenAIServer:
         request = self.validated(endpoint.request_model, body)
         check_limits(request, ingress)
         meta = request_meta(http, fields, request, body, client, ingress.priorities.default)
-        max_tokens = getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
-        answering = self._backend.route(frontend.name, meta, max_tokens)
+        answering = self._backend.route(frontend.name, meta, requested_max_tokens(request))
         if answering != frontend.name:  # the fallback tier: rendered with its own tokenizer and template
             frontend = self.resolve_model(answering)
             request = self.validated(endpoint.request_model, {**body, "model": answering})

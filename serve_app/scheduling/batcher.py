@@ -123,7 +123,7 @@ class LengthBucketBatcher:
         prediction = self._predictor.predict(meta.prompt_class, request.max_tokens, meta.client)
         index = bucket_index(config.pools, prediction.tokens)
         scheduling = config.length_scheduling
-        long = scheduling.enabled and prediction.tokens >= scheduling.long_tokens
+        long = scheduling.long_edge is not None and prediction.tokens >= scheduling.long_edge
         record = RequestRecord(config.name, config.pools[index].name, meta.priority, meta.client,
                                prediction.tokens, prediction.source, long=long)
         self._pools.note_arrival(config.name, record.pool, long)
@@ -150,8 +150,7 @@ class LengthBucketBatcher:
             record.latency_s = self._clock() - started
             self._limiter.settle(meta.client, decision.reserved_tokens, record.prompt_tokens + record.output_tokens)
             if record.status == "ok":
-                if worth_learning(record.finish_reason, record.output_tokens, record.predicted_tokens,
-                                  scheduling.long_tokens if scheduling.enabled else None):
+                if worth_learning(record.finish_reason, record.output_tokens, record.predicted_tokens, scheduling.long_edge):
                     self._predictor.observe(meta.prompt_class, record.output_tokens, meta.client)
                 self._pools.observe_finished(record)
             self._moves.update(rebucketed=len(record.pools) > 1, resent=record.resent, resumed=record.resumed)
@@ -223,7 +222,7 @@ class LengthBucketBatcher:
         avoid: list[str] = []
         """Replicas found gone for good by earlier attempts: Serve's router skips them."""
         rebucket = config.overrun == "rebucket" and request.resumable
-        long_edge = config.length_scheduling.long_tokens if config.length_scheduling.enabled else None
+        long_edge = config.length_scheduling.long_edge
         try:
             while True:
                 pool = config.pools[index]
