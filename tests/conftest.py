@@ -71,13 +71,15 @@ def serve_run_app(config: str, probe_model: str | None = None) -> Iterator[str]:
     may be left, so the next package starts on a quiet machine. Enter it from a
     package-scoped fixture in that package's conftest.py: pytest tears one down at the
     package's end only there (one defined in a test module lives to the session's end)."""
+    from benchmarks.provenance import measured_on
     from benchmarks.servers import ServeRunServer
 
     server = ServeRunServer(REPO / "configs" / config, cwd=REPO,
                             startup_timeout_s=float(os.environ.get("E2E_STARTUP_TIMEOUT_S", "420")))
     if probe_model is not None:
         server.model_name = probe_model
-    print(f"\n[{config}] serve run answering after {server.start():.0f}s on :{server.port} (log: {server.log_path})")
+    print(f"\n[{config}] on {measured_on()}")
+    print(f"[{config}] serve run answering after {server.start():.0f}s on :{server.port} (log: {server.log_path})")
     try:
         yield server.base_url
     finally:

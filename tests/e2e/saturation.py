@@ -93,7 +93,7 @@ def run_saturated(base_url: str) -> SaturatedRun:
         await asyncio.gather(*(ask(n, SHORT_TOKENS) for n in range(WAVE)))
         sampler = asyncio.create_task(sample())
         longs = [asyncio.create_task(_timed(ask(n, LONG_TOKENS))) for n in range(LONGS)]
-        await _until_queued(base_url)
+        await _until_queued(base_url, longs)
         shorts = []
         for wave in range(SHORT_WAVES):
             shorts += await asyncio.gather(*(_timed(ask(n, SHORT_TOKENS)) for n in range(wave * WAVE, (wave + 1) * WAVE)))
@@ -107,11 +107,19 @@ def run_saturated(base_url: str) -> SaturatedRun:
     return SaturatedRun(shorts, longs, samples)
 
 
-async def _until_queued(base_url: str, timeout_s: float = 120) -> None:
-    """Until every long request holds a slot or waits for one, some of them waiting."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            stats = await asyncio.to_thread(pool_stats, base_url)
-            if stats["in_flight"] + stats["waiting"] >= LONGS and stats["waiting"] > 0:
-                return
-            await asyncio.sleep(0.1)
+async def _until_queued(base_url: str, longs: list[asyncio.Task], timeout_s: float = 120) -> None:
+    """Until long requests hold every slot they may and some wait for one (none waits
+    while a slot it may take is free). Fails at once if a long request ends first, and
+    with the last `/stats` seen if that never comes."""
+    deadline = time.monotonic() + timeout_s
+    seen, slowest_poll_s = None, 0.0
+    while seen is None or seen["waiting"] == 0:
+        ended = [task for task in longs if task.done()]
+        assert not ended, (f"{len(ended)} long requests ended before any waited for a slot, the first "
+                           f"{ended[0].exception() or f'answered in {ended[0].result():.1f}s'}; last /stats {seen}")
+        assert time.monotonic() < deadline, (f"no long request waited for a slot within {timeout_s:g}s: "
+                                             f"last /stats {seen}, slowest /stats {slowest_poll_s:.1f}s")
+        await asyncio.sleep(0.1)
+        sent = time.perf_counter()
+        seen = await asyncio.to_thread(pool_stats, base_url)
+        slowest_poll_s = max(slowest_poll_s, time.perf_counter() - sent)
