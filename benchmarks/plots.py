@@ -10,7 +10,8 @@ COLORS = {"app": "tab:blue", "nobuckets": "tab:cyan", "vllm": "tab:gray", "vllm-
           "rayllm": "tab:orange", "int8": "tab:green", "vllm-int8": "tab:olive"}
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot, drawing to files only (the Agg backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +30,7 @@ def _bar_with_range(ax, xs: Sequence[float], spreads: Sequence[Mapping[str, Any]
 
 def throughput_plot(results: Sequence[Mapping[str, Any]], path: Path, title: str) -> None:
     """Output tok/s, TTFT p50/p99, TPOT/ITL p50 and server CPU per 1k tokens, per system."""
-    plt = _pyplot()
+    plt = pyplot()
     names = [r["target"] for r in results]
     xs = list(range(len(names)))
     fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
@@ -71,7 +72,7 @@ def mixed_plot(by_system: Mapping[str, Mapping[float, Mapping[str, Mapping[str, 
                title: str) -> None:
     """Each headline figure against offered load, one line per system with min-max bars.
     `by_system[system][load][figure]` is a spread."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(MIXED_PANELS), figsize=(5 * len(MIXED_PANELS), 4.2))
     for ax, (figure, label) in zip(axes, MIXED_PANELS, strict=True):
         for system, loads in by_system.items():

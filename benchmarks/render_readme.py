@@ -5,8 +5,9 @@ can drift from a file that records its commit, CPU, command and settings.
     .venv/bin/python benchmarks/render_readme.py           # rewrite both blocks
     .venv/bin/python benchmarks/render_readme.py --check   # exit 1 if either is stale
 
-Every `benchmarks/results/*.json` is listed; the throughput, mixed-workload and
-offline predictor benchmarks' figures are rendered, other kinds by name and commit only.
+Every `benchmarks/results/*.json` is listed; the throughput, mixed-workload, offline
+predictor, engine step profile and simulator validation figures are rendered, other
+kinds by name and commit only.
 """
 
 from __future__ import annotations
@@ -97,13 +98,41 @@ def predictor_table(predictors: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def step_profile_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    at = where(path, data)
+    return [f"| engine step time, fitted: median (p90) error on {sweep} | {fmt(e['median_abs_pct'])}% "
+            f"({fmt(e['p90_abs_pct'])}%) | {e['steps']} steps | {at} |" for sweep, e in data["fit_error"].items()]
+
+
+def validation_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    """Per system, the simulator's worst error within each target (10% on tok/s and p50s, 20% on p99s)."""
+    rows, at = [], where(path, data)
+    for system, checks in data["comparison"].items():
+        for limit in sorted({c["target"] for c in checks.values()}):
+            judged = {name: c for name, c in checks.items() if c["target"] == limit}
+            name, worst = max(judged.items(), key=lambda item: abs(item[1]["error"]))
+            verdict = "within" if all(c["pass"] for c in judged.values()) else "MISSES"
+            rows.append(f"| simulator against measured, {system}: worst of {', '.join(judged)} | "
+                        f"{name} {worst['error']:+.1%} ({verdict} {limit:.0%}) | one replay | {at} |")
+    return rows
+
+
+def validation_table(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    rows = ["| system | metric | measured (median) | simulated | error | target |", "|---|---|---|---|---|---|"]
+    rows += [f"| `{system}` | {name} | {fmt(c['measured'])} | {fmt(c['simulated'])} | {c['error']:+.1%} | "
+             f"{'within' if c['pass'] else 'MISSES'} {c['target']:.0%} |"
+             for system, checks in comparison.items() for name, c in checks.items()]
+    return "\n".join(rows)
+
+
 def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     return [f"| {data.get('benchmark', Path(path).stem)}: see the file | - | - | {where(path, data)} |"]
 
 
 ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "throughput": throughput_rows, "mixed_workload": mixed_rows,
-    "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows}
+    "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows,
+    "step_profile": step_profile_rows, "fleetsim_validation": validation_rows}
 """Summary rows per benchmark kind (`benchmark` in the file)."""
 
 
@@ -136,6 +165,8 @@ def full(results: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append("\n".join(rows))
         if data.get("predictors"):
             parts.append(predictor_table(data["predictors"]))
+        if data.get("benchmark") == "fleetsim_validation":
+            parts.append(validation_table(data["comparison"]))
         if prov.get("systems"):
             parts.append(settings_table(prov["systems"]))
     return "\n\n".join(parts)

@@ -16,11 +16,13 @@ machine one at a time, with the same engine flags and dtype.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import REPO
 from benchmarks.ray_serve_llm_app import RayServeLLMServer
 from benchmarks.servers import LocalServer, ServeRunServer, VLLMServer
 from benchmarks.settings import system_settings
@@ -130,7 +132,18 @@ def server_pid(server: LocalServer) -> int | None:
 
 
 def server_command(server: LocalServer) -> str:
+    """The server's command line as the result file records it: no machine paths (files
+    in this checkout relative to it, a config's temporary copy by the config's name)."""
     try:
-        return " ".join(server.command())
+        return " ".join(portable(word) for word in server.command())
     except Exception as exc:  # only for the record
         return f"unknown ({type(exc).__name__})"
+
+
+def portable(word: str) -> str:
+    path = Path(word)
+    if not path.is_absolute():
+        return word
+    if path.is_relative_to(REPO):
+        return str(path.relative_to(REPO))
+    return f"<tmp>/{path.name}" if path.is_relative_to(tempfile.gettempdir()) else word

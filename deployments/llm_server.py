@@ -107,8 +107,7 @@ class LLMServer:
         if code is not None:
             yield refusal(code, self._actor_id)
             return
-        busy = len(self._in_flight) >= self._model.stream_busy_requests
-        request = replace(request, stream_interval=self._model.stream_chunk_tokens if busy else 1)
+        request = replace(request, stream_interval=self._model.stream_interval(len(self._in_flight)))
         self._in_flight[request.request_id] = request.max_tokens or self._max_model_len
         try:
             with self._guard.track():

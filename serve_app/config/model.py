@@ -110,6 +110,10 @@ class ModelConfig(StrictModel):
     def pool(self, name: str) -> PoolConfig:
         return next(pool for pool in self.pools if pool.name == name)
 
+    def stream_interval(self, in_flight: int) -> int:
+        """Output tokens per chunk for a request that finds a replica running `in_flight`."""
+        return self.stream_chunk_tokens if in_flight >= self.stream_busy_requests else 1
+
     def pool_engine(self, pool: PoolConfig) -> EngineConfig:
         """The engine arguments of one pool: the model's, with the pool's overrides."""
         try:

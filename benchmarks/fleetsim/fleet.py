@@ -1,0 +1,113 @@
+"""The pools' replicas and the request router, as the batcher's `PoolClient`.
+
+Each replica is a `SimEngine` taking at most `slots` requests at once (Serve's
+`max_ongoing_requests`, which the app sets from the engine's `max_num_seqs`)
+and streaming them as the app's replica does (`ModelConfig.stream_interval`).
+Which replica takes an attempt is a `Router`'s choice:
+
+- `LeastLoadedRouter`: the app's own `LeastLoadedPolicy` (in-flight tokens plus
+  queue length) ranks the replicas, and of its first rank the one with fewer
+  requests takes it, as Serve's router picks between the two it is offered.
+  Loads are read exact and current; the app's replicas report theirs every
+  second, so the real router sees them up to a second old.
+- `PowerOfTwoRouter`: Serve's default, two replicas drawn at random, the one
+  with fewer requests.
+
+Whoever adds or removes replicas tells the batcher the pool's `slots`, as the
+ingress does from Serve's replica counts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from benchmarks.fleetsim.engine import SimEngine
+from serve_app.config import ModelConfig, Priority
+from serve_app.engine.base import GenerationChunk, GenerationRequest
+from serve_app.scheduling.errors import ReplicaUnavailable
+from serve_app.scheduling.replica_choice import LeastLoadedPolicy, ReplicaLoad
+
+
+@dataclass(eq=False)
+class SimReplica:
+    name: str
+    engine: SimEngine
+    slots: int
+    stream_interval: Callable[[int], int]
+    """Tokens per chunk for a request that finds `ongoing` running (`ModelConfig.stream_interval`)."""
+    ongoing: int = 0
+
+    @property
+    def has_room(self) -> bool:
+        return self.ongoing < self.slots
+
+
+class Router(Protocol):
+    def choose(self, replicas: list[SimReplica]) -> SimReplica:
+        """One of `replicas` (all have room) for the next attempt."""
+        ...
+
+
+class LeastLoadedRouter:
+    def __init__(self, policy: LeastLoadedPolicy | None = None) -> None:
+        self._policy = policy or LeastLoadedPolicy()
+
+    def choose(self, replicas: list[SimReplica]) -> SimReplica:
+        by_name = {replica.name: replica for replica in replicas}
+        loads = [ReplicaLoad(r.name, float(r.engine.in_flight_tokens()), r.ongoing) for r in replicas]
+        first = [by_name[name] for name in self._policy.rank(loads)[0]]
+        return min(first, key=lambda replica: replica.ongoing)
+
+
+class PowerOfTwoRouter:
+    def __init__(self, seed: int = 0) -> None:
+        self._random = random.Random(seed)
+
+    def choose(self, replicas: list[SimReplica]) -> SimReplica:
+        pair = self._random.sample(replicas, min(2, len(replicas)))
+        return min(pair, key=lambda replica: replica.ongoing)
+
+
+class SimFleet:
+    """The `PoolClient` the batcher dispatches through."""
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self._pools: dict[tuple[str, str], list[SimReplica]] = {}
+        self._names = itertools.count()
+
+    def replicas(self, model: str, pool: str) -> list[SimReplica]:
+        return self._pools.get((model, pool), [])
+
+    def add_replica(self, model: ModelConfig, pool: str, engine: SimEngine, slots: int) -> SimReplica:
+        replica = SimReplica(f"{model.name}/{pool}#{next(self._names)}", engine, slots, model.stream_interval)
+        engine.start()
+        self._pools.setdefault((model.name, pool), []).append(replica)
+        return replica
+
+    def slots(self, model: str, pool: str) -> int:
+        """Requests the pool's replicas take at once."""
+        return sum(replica.slots for replica in self.replicas(model, pool))
+
+    def has_replicas(self, model: str, pool: str) -> bool:
+        return bool(self.replicas(model, pool))
+
+    async def stream(self, model: str, pool: str, request: GenerationRequest,
+                     priority: Priority) -> AsyncIterator[GenerationChunk]:
+        free = [replica for replica in self.replicas(model, pool) if replica.has_room]
+        if not free:
+            raise ReplicaUnavailable(f"no replica of {model}/{pool} has room")
+        replica = self._router.choose(free)
+        request = replace(request, stream_interval=replica.stream_interval(replica.ongoing))
+        replica.ongoing += 1
+        try:
+            async with aclosing(replica.engine.stream(request)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            replica.ongoing -= 1

@@ -1,0 +1,185 @@
+"""Requests through the app's real `LengthBucketBatcher` into a simulated fleet.
+
+A `SimRequest` carries what a client sends (messages, `max_tokens`,
+`ignore_eos`, priority) and, apart, what only the served model knows: how
+long its answer runs (`answer_tokens`), which the engines read and the
+batcher never sees. The batcher predicts, queues, caps and retries with the
+app's own code on the loop's virtual clock; each request's chunks are timed
+as `vllm bench serve` times a stream (`benchmarks.metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, replace
+
+from benchmarks import metrics
+from benchmarks.fleetsim.engine import EngineShape, SimEngine, cpu_kv_cache_tokens
+from benchmarks.fleetsim.fleet import Router, SimFleet
+from benchmarks.fleetsim.step_time import StepTimeModel
+from serve_app.config import AppConfig, EngineConfig, Priority
+from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
+from serve_app.openai.errors import APIError
+from serve_app.scheduling.batcher import LengthBucketBatcher
+from serve_app.scheduling.errors import Refused
+from serve_app.scheduling.prompt_features import SamplingSummary, describe
+from serve_app.scheduling.types import RequestMeta, RequestRecord
+
+ATTEMPT_SUFFIX = "-"
+"""Attempts after the first carry the request's id and `-<n>` (`serve_app.scheduling.attempts`)."""
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    prompt_tokens: int
+    answer_tokens: int
+    """How long the served model's answer runs if nothing cuts it (the engines' oracle)."""
+    max_tokens: int | None
+    messages: tuple[tuple[str, str], ...] = ()
+    """(role, content) pairs the predictor reads; the token count is `prompt_tokens`."""
+    ignore_eos: bool = False
+    priority: Priority = "realtime"
+    kind: str = "all"
+    arrival_s: float = 0.0
+    """When an open-loop run sends it."""
+
+
+class _Observer:
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    def dispatched(self, model: str, pool: str, wait_s: float) -> None:
+        pass
+
+    def finished(self, record: RequestRecord) -> None:
+        self.records.append(record)
+
+
+class SimApp:
+    """The batcher over a fleet of `replicas` engines per pool of one model."""
+
+    def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int = 1) -> None:
+        self.model = config.models[0]
+        loop = asyncio.get_running_loop()
+        self.observer = _Observer()
+        self.fleet = SimFleet(router)
+        self.batcher = LengthBucketBatcher(config, client=self.fleet, observer=self.observer, clock=loop.time)
+        self._answers: dict[str, int] = {}
+        self._ids = itertools.count()
+        for pool in self.model.pools:
+            engine = self.model.pool_engine(pool)
+            slots = min(self.model.pool_deployment(pool).max_ongoing_requests, engine.max_num_seqs)
+            for _ in range(replicas):
+                self.fleet.add_replica(self.model, pool.name, SimEngine(engine_shape(engine), step_time, self._answer),
+                                       slots)
+            self.batcher.set_slots(self.model.name, pool.name, self.fleet.slots(self.model.name, pool.name))
+
+    def _answer(self, request: GenerationRequest) -> int:
+        return self._answers[request.request_id.split(ATTEMPT_SUFFIX)[0]]
+
+    def engines(self) -> list[SimEngine]:
+        return [replica.engine for pool in self.model.pools for replica in self.fleet.replicas(self.model.name, pool.name)]
+
+    async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
+        """One request's record, timed as a client of the ingress would time it."""
+        request_id = f"r{next(self._ids)}"
+        self._answers[request_id] = request.answer_tokens
+        sampling = SamplingSummary(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=request.ignore_eos)
+        meta = RequestMeta(request.priority, None, describe(list(request.messages), None, sampling, self.model.name))
+        generation = generation_request(request_id, request)
+        try:
+            return await timed(self.batcher.stream(self.model.name, generation, meta), request, origin)
+        except Refused as exc:
+            status = APIError.from_refusal(exc).status
+            return metrics.failed(f"http_{status}", _now() - origin, retry_after=str(exc.retry_after_s))
+
+
+class VllmServeSim:
+    """`vllm serve` on one engine: no queue of its own, every request straight into
+    the engine's waiting queue, streamed every `stream_interval` tokens."""
+
+    def __init__(self, config: AppConfig, step_time: StepTimeModel, stream_interval: int = 1) -> None:
+        model = config.models[0]
+        engine = model.pool_engine(model.pools[0])
+        self._answers: dict[str, int] = {}
+        self._ids = itertools.count()
+        self._stream_interval = stream_interval
+        self.engine = SimEngine(engine_shape(engine), step_time,
+                                lambda request: self._answers[request.request_id])
+        self.engine.start()
+
+    def engines(self) -> list[SimEngine]:
+        return [self.engine]
+
+    async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
+        request_id = f"r{next(self._ids)}"
+        self._answers[request_id] = request.answer_tokens
+        generation = replace(generation_request(request_id, request), stream_interval=self._stream_interval)
+        return await timed(self.engine.stream(generation), request, origin)
+
+
+def engine_shape(engine: EngineConfig) -> EngineShape:
+    return EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens or engine.max_model_len,
+                       engine.max_model_len, cpu_kv_cache_tokens(engine))
+
+
+def generation_request(request_id: str, request: SimRequest) -> GenerationRequest:
+    """The engine request the ingress would render: `prompt_tokens` ids, greedy."""
+    from vllm.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0)
+    return GenerationRequest(request_id, (0,) * request.prompt_tokens, params, max_tokens=request.max_tokens)
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def timed(chunks: AsyncIterator[GenerationChunk | EngineError], request: SimRequest,
+                origin: float) -> metrics.RequestRecord:
+    """A stream's record as `vllm bench serve` times it: a chunk with tokens is a
+    chunk with `choices`; the token count is the usage."""
+    sent = _now()
+    timer = metrics.StreamTimer(sent, origin)
+    timer.record.kind = request.kind
+    output = 0
+    async for item in chunks:
+        if isinstance(item, EngineError):
+            return metrics.failed("stream_error", sent - origin, error=item.message)
+        output += item.num_tokens
+        timer.feed({"choices": [{}]} if item.num_tokens else {}, _now())
+    timer.feed({"usage": {"completion_tokens": output, "prompt_tokens": request.prompt_tokens}}, _now())
+    return timer.finish()
+
+
+async def closed_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest], concurrency: int) -> tuple[list, float]:
+    """`concurrency` clients, each sending its next request when the last one ended
+    (`vllm bench serve --max-concurrency` with every request sent at once)."""
+    loop = asyncio.get_running_loop()
+    origin = loop.time()
+    pending = iter(requests)
+    records: list[metrics.RequestRecord] = []
+
+    async def client() -> None:
+        for request in pending:
+            records.append(await app.send(request, origin))
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return records, loop.time() - origin
+
+
+async def open_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest],
+                    on_arrival: Callable[[SimRequest], None] | None = None) -> tuple[list, float]:
+    """Each request sent at its `arrival_s` (seeded arrivals, as `--request-rate`)."""
+    loop = asyncio.get_running_loop()
+    origin = loop.time()
+    tasks = []
+    for request in sorted(requests, key=lambda r: r.arrival_s):
+        await asyncio.sleep(max(0.0, origin + request.arrival_s - loop.time()))
+        if on_arrival is not None:
+            on_arrival(request)
+        tasks.append(asyncio.create_task(app.send(request, origin)))
+    records = list(await asyncio.gather(*tasks))
+    return records, loop.time() - origin
