@@ -103,13 +103,7 @@ class SimEngine:
         self._work = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self.steps = 0
-        self.busy_s = 0.0
-        """Seconds spent in steps."""
         self.preemptions = 0
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._running) + len(self._waiting)
 
     def in_flight_tokens(self) -> int:
         """Output tokens the requests it holds may still produce (the app's routing load)."""
@@ -222,7 +216,6 @@ class SimEngine:
             seconds = self._step_time.step_s(shape)
             await asyncio.sleep(seconds)
             self.steps += 1
-            self.busy_s += seconds
             for sequence, new in scheduled.items():
                 if sequence not in self._running:
                     continue  # its client left during the step

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from benchmarks.fleetsim.engine import SimEngine
 from serve_app.config import ModelConfig, Priority
-from serve_app.engine.base import GenerationChunk, GenerationRequest
+from serve_app.engine.base import EngineError, EngineRequestError, GenerationChunk, GenerationRequest
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.scheduling.replica_choice import LeastLoadedPolicy, ReplicaLoad
 
@@ -98,7 +98,7 @@ class SimFleet:
         return bool(self.replicas(model, pool))
 
     async def stream(self, model: str, pool: str, request: GenerationRequest,
-                     priority: Priority) -> AsyncIterator[GenerationChunk]:
+                     priority: Priority) -> AsyncIterator[GenerationChunk | EngineError]:
         free = [replica for replica in self.replicas(model, pool) if replica.has_room]
         if not free:
             raise ReplicaUnavailable(f"no replica of {model}/{pool} has room")
@@ -109,5 +109,7 @@ class SimFleet:
             async with aclosing(replica.engine.stream(request)) as chunks:
                 async for chunk in chunks:
                     yield chunk
+        except EngineRequestError as exc:  # as the app's replica answers it
+            yield exc.error
         finally:
             replica.ongoing -= 1

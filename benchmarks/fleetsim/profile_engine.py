@@ -4,8 +4,9 @@
 
 vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) with the engine
 settings of the config's first pool, the dtype it resolves to here, and its
-KV cache size. Each `EngineCore.step()` (schedule, model, sampling, update) is
-timed, and its shape is read from the scheduler's own output: for every
+KV cache size. Each engine core step (schedule, model, sampling, update) is
+timed (`step_fn`: not the output processing, which a server does in its front
+end), and its shape is read from the scheduler's own output: for every
 scheduled request, its new tokens and the tokens it had computed before. The
 sweep covers what serving makes: prefills of one prompt and of many at once,
 decode batches of 1 to `max_num_seqs` requests at short and long contexts,
@@ -55,14 +56,31 @@ def shape_of(core, scheduler_output) -> StepShape:
 
 
 def run_sweep(engine, core, groups: list[tuple[int, int, int, int]], seed: int) -> list[tuple[StepShape, float]]:
+    """Each step's shape and seconds in `EngineCore.step_fn` (schedule, model,
+    sampling, update; not the output processing a server does in its front end)."""
     from vllm import SamplingParams
 
     rng = random.Random(seed)
     ids = itertools.count()
     steps: list[tuple[StepShape, float]] = []
-    schedule = core.scheduler.schedule
-    captured = []
-    core.scheduler.schedule = lambda *a, **k: captured.append(schedule(*a, **k)) or captured[-1]
+    schedule, step_fn = core.scheduler.schedule, core.step_fn
+    shapes: list[StepShape] = []
+
+    def shaped_schedule(*args, **kwargs):
+        output = schedule(*args, **kwargs)
+        if output.total_num_scheduled_tokens:
+            shapes.append(shape_of(core, output))  # now: a request that ends this step leaves the scheduler
+        return output
+
+    def timed_step():
+        shapes.clear()
+        started = time.perf_counter()
+        result = step_fn()
+        if shapes:
+            steps.append((shapes[-1], time.perf_counter() - started))
+        return result
+
+    core.scheduler.schedule, core.step_fn = shaped_schedule, timed_step
     try:
         for count, prompt, output, every in groups:
             params = SamplingParams(max_tokens=output, ignore_eos=True, temperature=0.0)
@@ -75,15 +93,10 @@ def run_sweep(engine, core, groups: list[tuple[int, int, int, int]], seed: int) 
                     engine.add_request(f"{seed}-{next(ids)}", {"prompt_token_ids": tokens}, params)
                     if every:
                         break
-                captured.clear()
-                started = time.perf_counter()
                 engine.step()
-                elapsed = time.perf_counter() - started
-                if captured and captured[-1].total_num_scheduled_tokens:
-                    steps.append((shape_of(core, captured[-1]), elapsed))
                 step_number += 1
     finally:
-        core.scheduler.schedule = schedule
+        core.scheduler.schedule, core.step_fn = schedule, step_fn
     return steps[1:]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 
 from benchmarks import metrics
@@ -46,15 +46,31 @@ class SimRequest:
     """When an open-loop run sends it."""
 
 
-class _Observer:
-    def __init__(self) -> None:
-        self.records: list[RequestRecord] = []
+class _Unobserved:
+    """The batcher's observer (the ingress's metrics): the simulation reads its clients' records instead."""
 
     def dispatched(self, model: str, pool: str, wait_s: float) -> None:
         pass
 
     def finished(self, record: RequestRecord) -> None:
-        self.records.append(record)
+        pass
+
+
+class AnswerOracle:
+    """What the served model would answer, by request: the engines ask it, nothing else does."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, int] = {}
+        self._ids = itertools.count()
+
+    def register(self, request: SimRequest) -> str:
+        """A new request id for `request`."""
+        request_id = f"r{next(self._ids)}"
+        self._answers[request_id] = request.answer_tokens
+        return request_id
+
+    def __call__(self, generation: GenerationRequest) -> int:
+        return self._answers[generation.request_id.split(ATTEMPT_SUFFIX)[0]]
 
 
 class SimApp:
@@ -62,33 +78,23 @@ class SimApp:
 
     def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int = 1) -> None:
         self.model = config.models[0]
-        loop = asyncio.get_running_loop()
-        self.observer = _Observer()
         self.fleet = SimFleet(router)
-        self.batcher = LengthBucketBatcher(config, client=self.fleet, observer=self.observer, clock=loop.time)
-        self._answers: dict[str, int] = {}
-        self._ids = itertools.count()
+        self.batcher = LengthBucketBatcher(config, client=self.fleet, observer=_Unobserved(),
+                                           clock=asyncio.get_running_loop().time)
+        self._oracle = AnswerOracle()
         for pool in self.model.pools:
             engine = self.model.pool_engine(pool)
             slots = min(self.model.pool_deployment(pool).max_ongoing_requests, engine.max_num_seqs)
             for _ in range(replicas):
-                self.fleet.add_replica(self.model, pool.name, SimEngine(engine_shape(engine), step_time, self._answer),
+                self.fleet.add_replica(self.model, pool.name, SimEngine(engine_shape(engine), step_time, self._oracle),
                                        slots)
             self.batcher.set_slots(self.model.name, pool.name, self.fleet.slots(self.model.name, pool.name))
 
-    def _answer(self, request: GenerationRequest) -> int:
-        return self._answers[request.request_id.split(ATTEMPT_SUFFIX)[0]]
-
-    def engines(self) -> list[SimEngine]:
-        return [replica.engine for pool in self.model.pools for replica in self.fleet.replicas(self.model.name, pool.name)]
-
     async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
         """One request's record, timed as a client of the ingress would time it."""
-        request_id = f"r{next(self._ids)}"
-        self._answers[request_id] = request.answer_tokens
         sampling = SamplingSummary(max_tokens=request.max_tokens, temperature=0.0, ignore_eos=request.ignore_eos)
         meta = RequestMeta(request.priority, None, describe(list(request.messages), None, sampling, self.model.name))
-        generation = generation_request(request_id, request)
+        generation = generation_request(self._oracle.register(request), request)
         try:
             return await timed(self.batcher.stream(self.model.name, generation, meta), request, origin)
         except Refused as exc:
@@ -102,21 +108,14 @@ class VllmServeSim:
 
     def __init__(self, config: AppConfig, step_time: StepTimeModel, stream_interval: int = 1) -> None:
         model = config.models[0]
-        engine = model.pool_engine(model.pools[0])
-        self._answers: dict[str, int] = {}
-        self._ids = itertools.count()
+        self._oracle = AnswerOracle()
         self._stream_interval = stream_interval
-        self.engine = SimEngine(engine_shape(engine), step_time,
-                                lambda request: self._answers[request.request_id])
+        self.engine = SimEngine(engine_shape(model.pool_engine(model.pools[0])), step_time, self._oracle)
         self.engine.start()
 
-    def engines(self) -> list[SimEngine]:
-        return [self.engine]
-
     async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
-        request_id = f"r{next(self._ids)}"
-        self._answers[request_id] = request.answer_tokens
-        generation = replace(generation_request(request_id, request), stream_interval=self._stream_interval)
+        generation = replace(generation_request(self._oracle.register(request), request),
+                             stream_interval=self._stream_interval)
         return await timed(self.engine.stream(generation), request, origin)
 
 
@@ -170,16 +169,13 @@ async def closed_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest]
     return records, loop.time() - origin
 
 
-async def open_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest],
-                    on_arrival: Callable[[SimRequest], None] | None = None) -> tuple[list, float]:
+async def open_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest]) -> tuple[list, float]:
     """Each request sent at its `arrival_s` (seeded arrivals, as `--request-rate`)."""
     loop = asyncio.get_running_loop()
     origin = loop.time()
     tasks = []
     for request in sorted(requests, key=lambda r: r.arrival_s):
         await asyncio.sleep(max(0.0, origin + request.arrival_s - loop.time()))
-        if on_arrival is not None:
-            on_arrival(request)
         tasks.append(asyncio.create_task(app.send(request, origin)))
     records = list(await asyncio.gather(*tasks))
     return records, loop.time() - origin
