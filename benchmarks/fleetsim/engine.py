@@ -23,7 +23,7 @@ import heapq
 import itertools
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,19 @@ class EngineShape:
     kv_cache_tokens: int
     """Tokens the KV cache holds (its blocks x `block_size`)."""
     block_size: int = 16
+
+
+def step_shape(scheduled: Iterable[tuple[int, int, bool]]) -> StepShape:
+    """The shape of a step that runs, per request, (tokens computed before, new tokens, decoding)."""
+    decode = prefill = context = pairs = 0
+    for before, new, decoding in scheduled:
+        context += before
+        if decoding:
+            decode += 1
+        else:
+            prefill += new
+            pairs += new * (before + new // 2)
+    return StepShape(decode, prefill, context, pairs)
 
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -196,10 +209,8 @@ class SimEngine:
             self._running.append(sequence)
             scheduled[sequence] = new
             budget -= new
-        decoding = [s for s, new in scheduled.items() if new == 1 and s.output and s.computed == s.tokens - 1]
-        prefill = sum(new for s, new in scheduled.items() if s not in decoding)
-        context = sum(s.computed for s in scheduled)
-        return scheduled, StepShape(len(decoding), prefill, context)
+        return scheduled, step_shape((s.computed, new, new == 1 and s.output > 0 and s.computed == s.tokens - 1)
+                                     for s, new in scheduled.items())
 
     async def _run(self) -> None:
         while True:

@@ -1,20 +1,21 @@
 """Profile this machine's engine step by step and fit the simulator's step time.
 
-    .venv/bin/python -m benchmarks.fleetsim.profile_engine      # ~5 min; writes benchmarks/results/step_profile.{json,png}
+    .venv/bin/python -m benchmarks.fleetsim.profile_engine      # ~4 min; writes benchmarks/results/step_profile.{json,png}
 
-vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) with the engine
-settings of the config's first pool, the dtype it resolves to here, and its
-KV cache size. Each engine core step (schedule, model, sampling, update) is
-timed (`step_fn`: not the output processing, which a server does in its front
-end), and its shape is read from the scheduler's own output: for every
-scheduled request, its new tokens and the tokens it had computed before. The
-sweep covers what serving makes: prefills of one prompt and of many at once,
-decode batches of 1 to `max_num_seqs` requests at short and long contexts,
-and decodes with prefills mixed in. `LinearStepTime` is fitted to every step
-but each sweep's first (its warmup), and the fit's error is reported per
-sweep. The engine runs alone here: a live replica shares the machine with the
-ingress and Serve's proxy, which the validation against the live benchmarks
-measures (`benchmarks/fleetsim/validate.py`).
+vLLM runs as a replica runs it: the engine core in its own process, this
+process as its front end, moved off the engine's cores (`cpu_isolate_workers`),
+with the engine settings of the config's first pool, the dtype it resolves to
+here, and its KV cache size. A step is timed from the front end, from one
+output message of the engine core to the next, so it includes what a served
+step costs besides the model (scheduling, the core's I/O threads, messages);
+its shape follows from the outputs. The sweep covers what serving makes:
+prefills of one prompt and of many at once, decode batches of 1 to
+`max_num_seqs` requests at short and long contexts, and decodes with prefills
+mixed in; the sweeps run `--repeats` times, interleaved. `LinearStepTime` is
+fitted to every step but each sweep's first, and the fit's error is reported
+per sweep. Not here: the ingress and Serve's
+proxy, which share the replica's machine; the validation against the live
+benchmarks measures what they add (`benchmarks/fleetsim/validate.py`).
 """
 
 from __future__ import annotations
@@ -24,79 +25,73 @@ import itertools
 import os
 import random
 import time
+from dataclasses import astuple, fields
 from pathlib import Path
 
+import psutil
+
+from benchmarks.fleetsim.engine import step_shape
 from benchmarks.fleetsim.step_time import LinearStepTime, StepShape
 from benchmarks.provenance import command_line, measured_on
 from benchmarks.report import write_json
 from serve_app.config.app import app_configs, load_serve_config
 
 SWEEPS: dict[str, list[tuple[int, int, int, int]]] = {
-    # name: (requests, prompt tokens, output tokens, steps between arrivals) groups
+    # name: groups of (requests, prompt tokens, output tokens, steps between arrivals; 0: all at once).
+    # No step may prefill more than `max_num_batched_tokens` (2048 in the shipped configs): a chunk
+    # that completes no prompt sends no output, and the front end would see two steps as one.
     "prefill": [(1, p, 1, 0) for p in (32, 128, 512, 1024, 2000)] + [(n, 64, 1, 0) for n in (4, 16, 32)],
     "decode short context": [(n, 32, 48, 0) for n in (1, 2, 4, 8, 16, 24, 32)],
-    "decode long context": [(n, 768, 32, 0) for n in (1, 8, 16, 32)],
+    "decode long context": [(n, 768, 32, 1) for n in (4, 8, 16)],
     "decode with arrivals": [(24, 96, 40, 2), (32, 32, 64, 1)],
 }
 
 
-def shape_of(core, scheduler_output) -> StepShape:
-    """The step's shape from the scheduler's output (computed tokens are read after
-    `schedule()` advanced them, so each request's count before the step is less its new tokens)."""
-    decode = prefill = context = 0
-    for request_id, new in scheduler_output.num_scheduled_tokens.items():
-        request = core.scheduler.requests[request_id]
-        before = request.num_computed_tokens - new
-        context += before
-        if new == 1 and before >= request.num_prompt_tokens:
-            decode += 1
-        else:
-            prefill += new
-    return StepShape(decode, prefill, context)
-
-
-def run_sweep(engine, core, groups: list[tuple[int, int, int, int]], seed: int) -> list[tuple[StepShape, float]]:
-    """Each step's shape and seconds in `EngineCore.step_fn` (schedule, model,
-    sampling, update; not the output processing a server does in its front end)."""
+def run_sweep(engine, groups: list[tuple[int, int, int, int]], seed: int) -> list[tuple[StepShape, float]]:
+    """Each engine step's shape and seconds, as the front end sees them: the engine core
+    runs in its own process and sends each step's outputs as one message, which one
+    `LLMEngine.step()` returns; a step lasts from the previous message (or from the
+    requests' arrival at an idle engine) to its own. Its shape follows from its outputs:
+    a request's first token ends its prefill, a later one is a decode over its context."""
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     rng = random.Random(seed)
     ids = itertools.count()
+    prompts: dict[str, int] = {}
+    produced: dict[str, int] = {}
     steps: list[tuple[StepShape, float]] = []
-    schedule, step_fn = core.scheduler.schedule, core.step_fn
-    shapes: list[StepShape] = []
-
-    def shaped_schedule(*args, **kwargs):
-        output = schedule(*args, **kwargs)
-        if output.total_num_scheduled_tokens:
-            shapes.append(shape_of(core, output))  # now: a request that ends this step leaves the scheduler
-        return output
-
-    def timed_step():
-        shapes.clear()
-        started = time.perf_counter()
-        result = step_fn()
-        if shapes:
-            steps.append((shapes[-1], time.perf_counter() - started))
-        return result
-
-    core.scheduler.schedule, core.step_fn = shaped_schedule, timed_step
-    try:
-        for count, prompt, output, every in groups:
-            params = SamplingParams(max_tokens=output, ignore_eos=True, temperature=0.0)
-            arrivals = list(range(count))
-            step_number = 0
-            while arrivals or engine.has_unfinished_requests():
-                while arrivals and (every == 0 or step_number % every == 0):
-                    tokens = [rng.randrange(100, 20000) for _ in range(prompt)]
-                    arrivals.pop()
-                    engine.add_request(f"{seed}-{next(ids)}", {"prompt_token_ids": tokens}, params)
-                    if every:
-                        break
-                engine.step()
-                step_number += 1
-    finally:
-        core.scheduler.schedule, core.step_fn = schedule, step_fn
+    for count, prompt, output, every in groups:
+        params = SamplingParams(max_tokens=output, ignore_eos=True, temperature=0.0,
+                                output_kind=RequestOutputKind.DELTA)  # as the app's replica streams
+        arrivals = list(range(count))
+        step_number = 0
+        last = time.perf_counter()
+        while arrivals or engine.has_unfinished_requests():
+            while arrivals and (every == 0 or step_number % every == 0):
+                arrivals.pop()
+                request_id = f"{seed}-{next(ids)}"
+                prompts[request_id], produced[request_id] = prompt, 0
+                engine.add_request(request_id, {"prompt_token_ids": [rng.randrange(100, 20000) for _ in range(prompt)]},
+                                   params)
+                if every:
+                    break
+            if step_number == 0 or not any(produced.values()):
+                last = time.perf_counter()  # an idle engine's step starts with its requests
+            outputs = engine.step()
+            now = time.perf_counter()
+            ran = []  # per request: (tokens computed before the step, new tokens, decoding)
+            for out in outputs:
+                before = produced[out.request_id]
+                prompt = prompts[out.request_id]
+                ran.append((prompt + before - 1, 1, True) if before else (0, prompt, False))
+                produced[out.request_id] += len(out.outputs[0].token_ids)
+                if out.finished:
+                    del prompts[out.request_id], produced[out.request_id]
+            if outputs:
+                steps.append((step_shape(ran), now - last))
+            last = now
+            step_number += 1
     return steps[1:]
 
 
@@ -104,8 +99,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local.yaml")
     parser.add_argument("--out", default="benchmarks/results/step_profile")
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     (config,) = app_configs(load_serve_config(args.config)).values()
     model = config.models[0]
     engine_config = model.pool_engine(model.pools[0])
@@ -114,16 +109,21 @@ def main() -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
+    from serve_app.engine.cpu_cores import keep_off, worker_cores
     from serve_app.engine.cpu_dtype import engine_kwargs_here
 
     kwargs = engine_kwargs_here(engine_config)
     engine = LLMEngine.from_engine_args(EngineArgs(**kwargs, disable_log_stats=True))
-    core = engine.engine_core.engine_core
-    measured: dict[str, list[tuple[StepShape, float]]] = {}
-    for number, (name, groups) in enumerate(SWEEPS.items()):
-        started = time.perf_counter()
-        measured[name] = run_sweep(engine, core, groups, seed=number)
-        print(f"[profile] {name}: {len(measured[name])} steps in {time.perf_counter() - started:.0f}s", flush=True)
+    if engine_config.cpu_isolate_workers:  # as a replica does: this process off the engine's cores
+        keep_off(worker_cores(psutil.Process().children(recursive=True)), [psutil.Process()])
+    measured: dict[str, list[tuple[StepShape, float]]] = {name: [] for name in SWEEPS}
+    for repeat in range(args.repeats):  # interleaved: a slow spell of the machine spreads over every sweep
+        for number, (name, groups) in enumerate(SWEEPS.items()):
+            started = time.perf_counter()
+            steps = run_sweep(engine, groups, seed=repeat * len(SWEEPS) + number)
+            measured[name] += steps
+            print(f"[profile] repeat {repeat + 1}/{args.repeats}, {name}: {len(steps)} steps in "
+                  f"{time.perf_counter() - started:.0f}s", flush=True)
     every = [step for steps in measured.values() for step in steps]
     source = f"{args.out}.json: vLLM CPU {kwargs['dtype']} steps profiled on {measured_on()}"
     model_fit = LinearStepTime.fit([shape for shape, _ in every], [s for _, s in every], source)
@@ -135,9 +135,8 @@ def main() -> None:
         "benchmark": "step_profile", "config": args.config, "command": command_line(),
         "engine": {**engine_config.model_dump(), "dtype_resolved": kwargs["dtype"]},
         "model": {**vars(model_fit)}, "fit_error": errors,
-        "steps": {name: [[s.decode_seqs, s.prefill_tokens, s.context_tokens, round(t * 1e6)] for s, t in steps]
-                  for name, steps in measured.items()},
-        "steps_columns": ["decode_seqs", "prefill_tokens", "context_tokens", "step_us"],
+        "steps": {name: [[*astuple(s), round(t * 1e6)] for s, t in steps] for name, steps in measured.items()},
+        "steps_columns": [*(f.name for f in fields(StepShape)), "step_us"],
     }
     write_json(Path(f"{args.out}.json"), result, {"engine": {"dtype": kwargs["dtype"]}})
     plot(measured, model_fit, Path(f"{args.out}.png"))

@@ -51,7 +51,8 @@ def story_requests(count: int, max_tokens: int, model_dir: str) -> list[SimReque
     requests = []
     for index in range(count):
         messages = [{"role": "user", "content": f"Write a short story about {TOPICS[index % len(TOPICS)]}."}]
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         requests.append(SimRequest(len(prompt), max_tokens, max_tokens, (("user", messages[0]["content"]),),
                                    ignore_eos=True))
     return requests
