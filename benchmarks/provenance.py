@@ -11,6 +11,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,19 @@ def machine() -> dict[str, Any]:
 
 
 def command_line() -> str:
-    """How this benchmark was started, to rerun it."""
-    return shlex.join([".venv/bin/python", *sys.argv])
+    """How this benchmark was started, to rerun it (`-m module` kept; no machine path)."""
+    return shlex.join([".venv/bin/python", *(portable(word) for word in sys.orig_argv[1:])])
+
+
+def portable(word: str) -> str:
+    """A command's word as a result file records it: a path in this checkout relative to
+    it, a temporary file by its name under `<tmp>`, anything else as it is."""
+    path = Path(word)
+    if not path.is_absolute():
+        return word
+    if path.is_relative_to(REPO):
+        return str(path.relative_to(REPO))
+    return f"<tmp>/{path.name}" if path.is_relative_to(tempfile.gettempdir()) else word
 
 
 def resolved_dtype(configured: str) -> str:

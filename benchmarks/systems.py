@@ -16,13 +16,12 @@ machine one at a time, with the same engine flags and dtype.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.provenance import REPO
+from benchmarks.provenance import portable
 from benchmarks.ray_serve_llm_app import RayServeLLMServer
 from benchmarks.servers import LocalServer, ServeRunServer, VLLMServer
 from benchmarks.settings import system_settings
@@ -139,11 +138,3 @@ def server_command(server: LocalServer) -> str:
     except Exception as exc:  # only for the record
         return f"unknown ({type(exc).__name__})"
 
-
-def portable(word: str) -> str:
-    path = Path(word)
-    if not path.is_absolute():
-        return word
-    if path.is_relative_to(REPO):
-        return str(path.relative_to(REPO))
-    return f"<tmp>/{path.name}" if path.is_relative_to(tempfile.gettempdir()) else word

@@ -210,3 +210,13 @@ def test_mixed_class_summaries_and_compact_records():
     assert classes["short"]["requests"] == 1 and classes["other"]["requests"] == 0
     assert classes["all"]["output_tokens"] == 309 and classes["all"]["good_requests"] == 1  # short misses its E2EL
     assert mr.compact(plan, records)[1] == [1, "long", "ok", 0.5, 0.3, 30.0, 300]
+
+
+def test_a_recorded_command_names_no_path_of_this_machine(monkeypatch):
+    from benchmarks.provenance import REPO, command_line
+
+    script = str(REPO / "benchmarks" / "throughput.py")
+    monkeypatch.setattr("sys.orig_argv", ["/usr/bin/python3", script, "--out", "/tmp/run/result.json"])
+    assert command_line() == ".venv/bin/python benchmarks/throughput.py --out '<tmp>/result.json'"
+    monkeypatch.setattr("sys.orig_argv", ["python", "-m", "benchmarks.fleetsim.validate"])
+    assert command_line() == ".venv/bin/python -m benchmarks.fleetsim.validate"
