@@ -96,7 +96,8 @@ def main() -> None:
               "measured_commit": measured["provenance"]["git"]["commit"], "step_time": step_time.__dict__,
               "workload": workload, "comparison": comparison,
               "not_modelled": "ingress, Serve's proxy, HTTP client and their CPU; prefix caching"}
-    write_json(Path(f"{args.out}.json"), result, {"simulator": {"step_time": step_time.source}})
+    profiled = json.loads(Path(args.profile).read_text())["engine"]["dtype_resolved"]
+    write_json(Path(f"{args.out}.json"), result, {"simulator": {"dtype": profiled, "step_time": step_time.source}})
     plot(comparison, Path(f"{args.out}.png"))
 
 
