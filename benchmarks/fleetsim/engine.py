@@ -92,6 +92,8 @@ class _Sequence:
     pending: int = 0
     """Output tokens not yet sent (the stream interval gathers them)."""
     blocks: int = 0
+    waiting: bool = False
+    """In the waiting queue."""
 
     @property
     def tokens(self) -> int:
@@ -110,7 +112,8 @@ class SimEngine:
         self._step_time = step_time
         self._natural_tokens = natural_tokens
         self._total_blocks = self._free_blocks = shape.kv_cache_tokens // shape.block_size
-        self._running: list[_Sequence] = []
+        self._running: dict[_Sequence, None] = {}
+        """In scheduling order (an ordered set)."""
         self._waiting: list[tuple[tuple[int, int], _Sequence]] = []
         self._arrivals = itertools.count()
         self._work = asyncio.Event()
@@ -138,7 +141,7 @@ class SimEngine:
         ends_naturally = not request.params.ignore_eos and natural <= budget
         sequence = _Sequence(request, prompt, natural if ends_naturally else budget, ends_naturally,
                              next(self._arrivals))
-        heapq.heappush(self._waiting, (sequence.order, sequence))
+        self._enqueue(sequence)
         self._work.set()
         try:
             while True:
@@ -149,13 +152,16 @@ class SimEngine:
         finally:
             self._drop(sequence)
 
+    def _enqueue(self, sequence: _Sequence) -> None:
+        heapq.heappush(self._waiting, (sequence.order, sequence))
+        sequence.waiting = True
+
     def _drop(self, sequence: _Sequence) -> None:
         """A finished or abandoned request leaves and frees its blocks."""
-        if sequence in self._running:
-            self._running.remove(sequence)
-        elif any(s is sequence for _, s in self._waiting):
+        if self._running.pop(sequence, False) is False and sequence.waiting:
             self._waiting = [(k, s) for k, s in self._waiting if s is not sequence]
             heapq.heapify(self._waiting)
+            sequence.waiting = False
         self._free_blocks += sequence.blocks
         sequence.blocks = 0
 
@@ -173,10 +179,10 @@ class SimEngine:
     def _preempt(self) -> _Sequence:
         """The lowest-priority running request goes back to waiting, its cache freed."""
         victim = max(self._running, key=lambda s: s.order)
-        self._running.remove(victim)
+        del self._running[victim]
         self._free_blocks += victim.blocks
         victim.blocks = victim.computed = 0
-        heapq.heappush(self._waiting, (victim.order, victim))
+        self._enqueue(victim)
         self.preemptions += 1
         return victim
 
@@ -206,7 +212,8 @@ class SimEngine:
             if not self._allocate(sequence, new):
                 break
             heapq.heappop(self._waiting)
-            self._running.append(sequence)
+            sequence.waiting = False
+            self._running[sequence] = None
             scheduled[sequence] = new
             budget -= new
         return scheduled, step_shape((s.computed, new, new == 1 and s.output > 0 and s.computed == s.tokens - 1)
