@@ -6,8 +6,8 @@ can drift from a file that records its commit, CPU, command and settings.
     .venv/bin/python benchmarks/render_readme.py --check   # exit 1 if either is stale
 
 Every `benchmarks/results/*.json` is listed; the throughput, mixed-workload, offline
-predictor, engine step profile and simulator validation figures are rendered, other
-kinds by name and commit only.
+predictor, engine step profile, simulator validation and projected routing figures are
+rendered, other kinds by name and commit only.
 """
 
 from __future__ import annotations
@@ -125,6 +125,32 @@ def validation_table(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]]) 
     return "\n".join(rows)
 
 
+def routing_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    """Per load, the app's short-request E2E p99 and goodput over Serve's defaults' (projected)."""
+    app, serve = data["results"]["app"], data["results"]["serve-default"]
+    fleet, at = f"{data['replicas']} x {data['engine']['name']}", where(path, data)
+    rows = []
+    for load in data["loads"]:
+        mine, theirs = app[str(load)], serve[str(load)]
+        short = mine["short_e2el_s"]["p99"] / theirs["short_e2el_s"]["p99"]
+        goodput = mine["goodput"] / theirs["goodput"] if theirs["goodput"] else None
+        rows.append(f"| PROJECTED routing, {fleet} at {load} load: short E2E p99, goodput app/serve-default | "
+                    f"{fmt(short)}, {fmt(goodput)} | one simulated run | {at} |")
+    return rows
+
+
+def routing_table(data: Mapping[str, Any]) -> str:
+    rows = ["| load | system | output tok/s | TTFT p50 / p99 (s) | E2E p50 / p99 (s) | short E2E p99 (s) | goodput (req/s) |",
+            "|---|---|---|---|---|---|---|"]
+    rows += [f"| {load} | `{system}` | {fmt(r['output_throughput'])} | {fmt(r['ttft_s']['p50'])} / {fmt(r['ttft_s']['p99'])} "
+             f"| {fmt(r['e2el_s']['p50'])} / {fmt(r['e2el_s']['p99'])} | {fmt(r['short_e2el_s']['p99'])} "
+             f"| {fmt(r['goodput'])} |"
+             for load in data["loads"] for system, by_load in data["results"].items() for r in [by_load[str(load)]]]
+    source = data["engine"]["step_time"]["source"]
+    return (f"Projected, not measured: {data['replicas']} replicas, capacity {fmt(data['capacity_req_per_s'])} req/s; "
+            f"step time from {source}.\n\n" + "\n".join(rows))
+
+
 def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     return [f"| {data.get('benchmark', Path(path).stem)}: see the file | - | - | {where(path, data)} |"]
 
@@ -132,7 +158,7 @@ def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
 ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "throughput": throughput_rows, "mixed_workload": mixed_rows,
     "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows,
-    "step_profile": step_profile_rows, "fleetsim_validation": validation_rows}
+    "step_profile": step_profile_rows, "fleetsim_validation": validation_rows, "fleetsim_routing": routing_rows}
 """Summary rows per benchmark kind (`benchmark` in the file)."""
 
 
@@ -167,6 +193,8 @@ def full(results: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append(predictor_table(data["predictors"]))
         if data.get("benchmark") == "fleetsim_validation":
             parts.append(validation_table(data["comparison"]))
+        if data.get("benchmark") == "fleetsim_routing":
+            parts.append(routing_table(data))
         if prov.get("systems"):
             parts.append(settings_table(prov["systems"]))
     return "\n\n".join(parts)

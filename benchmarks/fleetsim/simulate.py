@@ -74,9 +74,11 @@ class AnswerOracle:
 
 
 class SimApp:
-    """The batcher over a fleet of `replicas` engines per pool of one model."""
+    """The batcher over a fleet of `replicas` engines per pool of one model, each with
+    `kv_cache_tokens` of KV cache (default: what the config gives a CPU engine here)."""
 
-    def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int = 1) -> None:
+    def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int = 1,
+                 kv_cache_tokens: int | None = None) -> None:
         self.model = config.models[0]
         self.fleet = SimFleet(router)
         self.batcher = LengthBucketBatcher(config, client=self.fleet, observer=_Unobserved(),
@@ -86,8 +88,8 @@ class SimApp:
             engine = self.model.pool_engine(pool)
             slots = min(self.model.pool_deployment(pool).max_ongoing_requests, engine.max_num_seqs)
             for _ in range(replicas):
-                self.fleet.add_replica(self.model, pool.name, SimEngine(engine_shape(engine), step_time, self._oracle),
-                                       slots)
+                shape = engine_shape(engine, kv_cache_tokens)
+                self.fleet.add_replica(self.model, pool.name, SimEngine(shape, step_time, self._oracle), slots)
             self.batcher.set_slots(self.model.name, pool.name, self.fleet.slots(self.model.name, pool.name))
 
     async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
@@ -119,9 +121,9 @@ class VllmServeSim:
         return await timed(self.engine.stream(generation), request, origin)
 
 
-def engine_shape(engine: EngineConfig) -> EngineShape:
+def engine_shape(engine: EngineConfig, kv_cache_tokens: int | None = None) -> EngineShape:
     return EngineShape(engine.max_num_seqs, engine.max_num_batched_tokens or engine.max_model_len,
-                       engine.max_model_len, cpu_kv_cache_tokens(engine))
+                       engine.max_model_len, kv_cache_tokens or cpu_kv_cache_tokens(engine))
 
 
 def generation_request(request_id: str, request: SimRequest) -> GenerationRequest:

@@ -1,0 +1,142 @@
+"""Routing on a GPU fleet, projected: the app's scheduling against Serve's defaults.
+
+    .venv/bin/python -m benchmarks.fleetsim.project    # a few minutes; writes benchmarks/results/fleetsim_routing.{json,png}
+
+Every figure this writes is PROJECTED, not measured: the engines' step time
+and KV cache come from a published source (`published.PUBLISHED[--engine]`,
+BLIS's coefficients for H100), the replicas are `configs/prod.yaml`'s first
+model with one pool of `--replicas` (`max_num_seqs` 256), and the traffic is
+the Splitwise production trace (`traces.py`: no text, so the predictor sees
+only each prompt's size). The app's own batcher runs in every system:
+
+- `app`: length-aware ordering and long-request cap (the app's default), its
+  least-loaded replica choice;
+- `fcfs`: the same without length awareness;
+- `serve-default`: no length awareness, Serve's power-of-two replica choice.
+
+Capacity is the `fcfs` fleet's closed-loop throughput on the window's requests
+(every slot busy); each load offers that share of it as the trace's own
+arrivals, time-scaled. Metrics are `vllm bench serve`'s; short requests are
+those whose answer runs at most `SHORT_TOKENS`, grouped by actual length.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks import metrics
+from benchmarks.fleetsim import virtual_time
+from benchmarks.fleetsim.fleet import LeastLoadedRouter, PowerOfTwoRouter, Router
+from benchmarks.fleetsim.published import PUBLISHED, PublishedEngine
+from benchmarks.fleetsim.simulate import SimApp, SimRequest, closed_loop, open_loop
+from benchmarks.fleetsim.traces import SPLITWISE, splitwise_requests
+from benchmarks.provenance import REPO, command_line
+from benchmarks.report import write_json
+from serve_app.config import AppConfig
+from serve_app.config.app import load_serve_config
+
+SHORT_TOKENS = 64
+SLO = metrics.Slo(ttft_s=1.0, tpot_s=0.05)
+"""Goodput's SLO: first token within a second, then 20 tokens/s or better."""
+SYSTEMS: dict[str, tuple[bool, type]] = {
+    "app": (True, LeastLoadedRouter), "fcfs": (False, LeastLoadedRouter), "serve-default": (False, PowerOfTwoRouter)}
+"""name: (length-aware, replica choice)."""
+
+
+def fleet_config(length_aware: bool, replicas_config: Path = REPO / "configs" / "prod.yaml") -> AppConfig:
+    """prod.yaml's first model with one pool and a queue that holds a whole burst."""
+    args = load_serve_config(replicas_config)["applications"][0]["args"]
+    model = {**args["models"][0], "pools": [{"name": "default", "queue_size": 100_000}],
+             "length_scheduling": {"enabled": length_aware}}
+    model["deployment"] = {"num_replicas": 1, "max_ongoing_requests": model["engine"]["max_num_seqs"]}
+    return AppConfig.model_validate({"models": [model], "ingress": {"queue_timeout_s": 3600, "request_timeout_s": 7200}})
+
+
+def run(config: AppConfig, router: Router, engine: PublishedEngine, replicas: int, requests: list[SimRequest],
+        concurrency: int | None = None) -> dict[str, Any]:
+    """One simulated run: closed loop at `concurrency`, else open loop at the requests' arrivals."""
+    async def main():
+        app = SimApp(config, engine.step_time, router, replicas, engine.kv_cache_tokens)
+        if concurrency is not None:
+            return await closed_loop(app, requests, concurrency)
+        return await open_loop(app, requests)
+
+    records, duration = virtual_time.run(main())
+    summary = metrics.summarize(records, duration, SLO)
+    short = [r.e2el_s for r in records if r.ok and r.kind == "short"]
+    summary["short_e2el_s"] = metrics.distribution(short)
+    return summary
+
+
+def at_load(requests: list[SimRequest], rate: float) -> list[SimRequest]:
+    """The same requests, their arrivals scaled to `rate` requests per second."""
+    span = max(r.arrival_s for r in requests) or 1.0
+    factor = (len(requests) / rate) / span
+    return [replace(r, arrival_s=r.arrival_s * factor) for r in requests]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", default="llama-3.1-8b-h100", choices=sorted(PUBLISHED))
+    parser.add_argument("--replicas", type=int, default=8)
+    parser.add_argument("--loads", default="0.5,0.7,0.9,1.0")
+    parser.add_argument("--window-s", type=float, default=900.0, help="seconds of the trace from its start")
+    parser.add_argument("--trace", type=Path, default=SPLITWISE)
+    parser.add_argument("--out", default="benchmarks/results/fleetsim_routing")
+    args = parser.parse_args(argv)
+    engine = PUBLISHED[args.engine]
+    requests = [replace(r, kind="short" if r.answer_tokens <= SHORT_TOKENS else "other")
+                for r in splitwise_requests(args.trace, duration_s=args.window_s)]
+    configs = {length_aware: fleet_config(length_aware) for length_aware in (True, False)}
+    slots = args.replicas * configs[False].models[0].engine.max_num_seqs
+    capacity = run(configs[False], LeastLoadedRouter(), engine, args.replicas, requests, slots)["request_throughput"]
+    print(f"[project] {args.replicas} x {args.engine}: capacity {capacity:.1f} req/s ({len(requests)} requests)",
+          flush=True)
+    loads = [float(load) for load in args.loads.split(",")]
+    results: dict[str, dict[str, Any]] = {name: {} for name in SYSTEMS}
+    for load in loads:
+        offered = at_load(requests, load * capacity)
+        for name, (length_aware, router) in SYSTEMS.items():
+            summary = run(configs[length_aware], router(), engine, args.replicas, offered)
+            results[name][str(load)] = summary
+            print(f"[project] load {load}: {name:13} short E2E p99 {fmt_s(summary['short_e2el_s']['p99'])}, "
+                  f"E2E p50 {fmt_s(summary['e2el_s']['p50'])}, goodput {summary['goodput']:.1f} req/s", flush=True)
+    result = {
+        "benchmark": "fleetsim_routing", "projected": True, "command": command_line(),
+        "engine": {"name": args.engine, "step_time": vars(engine.step_time), "kv_cache_tokens": engine.kv_cache_tokens},
+        "replicas": args.replicas, "capacity_req_per_s": capacity, "loads": loads,
+        "trace": {"file": "../shared/traces/splitwise_conv.csv", "window_s": args.window_s, "requests": len(requests)},
+        "short_tokens": SHORT_TOKENS, "slo": vars(SLO), "results": results,
+    }
+    settings = {name: {"length_awareness": "on" if aware else "off", "replica_choice": router.__name__,
+                       "dtype": "bfloat16 (the published coefficients')"}
+                for name, (aware, router) in SYSTEMS.items()}
+    write_json(Path(f"{args.out}.json"), result, settings)
+    plot(results, loads, Path(f"{args.out}.png"), f"{args.replicas} x {args.engine} (projected)")
+    return result
+
+
+def fmt_s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f}s"
+
+
+def plot(results: dict[str, dict[str, Any]], loads: list[float], path: Path, title: str) -> None:
+    from benchmarks.plots import pyplot
+
+    plt = pyplot()
+    fig, (short, goodput) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, by_load in results.items():
+        short.plot(loads, [by_load[str(load)]["short_e2el_s"]["p99"] for load in loads], marker="o", label=name)
+        goodput.plot(loads, [by_load[str(load)]["goodput"] for load in loads], marker="o", label=name)
+    short.set(xlabel="load (share of capacity)", ylabel="short requests' E2E p99 (s)", title=title)
+    goodput.set(xlabel="load (share of capacity)", ylabel="goodput (req/s)", title="goodput at the SLO")
+    short.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
