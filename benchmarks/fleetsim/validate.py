@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import metrics
-from benchmarks.common import TOPICS
 from benchmarks.fleetsim import virtual_time
 from benchmarks.fleetsim.fleet import LeastLoadedRouter
 from benchmarks.fleetsim.simulate import SimApp, SimRequest, VllmServeSim, closed_loop
@@ -47,10 +46,12 @@ def story_requests(count: int, max_tokens: int, model_dir: str) -> list[SimReque
     their prompt tokens as the model's chat template renders them."""
     from transformers import AutoTokenizer
 
+    from benchmarks.throughput import body
+
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     requests = []
     for index in range(count):
-        messages = [{"role": "user", "content": f"Write a short story about {TOPICS[index % len(TOPICS)]}."}]
+        messages = body("", index, max_tokens)["messages"]
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         requests.append(SimRequest(len(prompt), max_tokens, max_tokens, (("user", messages[0]["content"]),),
