@@ -25,6 +25,10 @@ SLOTS = 32
 LONGS = SLOTS + 8
 """More long requests than slots, so some queue whatever the scheduler."""
 LONG_TOKENS, SHORT_TOKENS = 192, 16
+DEMAND_TOKENS = 32
+"""The first wave's length: long enough that its requests overlap in the pool
+however slowly they reach it, short enough that the reserve they size (kept 10 s
+after the last short arrival) still holds when the later waves come."""
 SHORT_WAVES, WAVE = 4, 6
 
 
@@ -72,10 +76,11 @@ async def _timed(coro) -> float:
     return time.perf_counter() - start
 
 
-def run_saturated(base_url: str) -> SaturatedRun:
-    """A wave of short requests (their demand, which sizes the reserve), then `LONGS`
-    long requests at once, then `SHORT_WAVES` waves of short ones while the long ones
-    run and queue. Every request is greedy with `ignore_eos`, its length its `max_tokens`."""
+def run_saturated(base_url: str, reserve: bool) -> SaturatedRun:
+    """A wave of short requests (their demand, which sizes the reserve where the app
+    keeps one: `reserve`), then `LONGS` long requests at once, then `SHORT_WAVES` waves
+    of short ones once the long ones hold every slot they may. Every request is greedy
+    with `ignore_eos`, its length its `max_tokens`."""
     samples: list[dict] = []
 
     async def sample() -> None:
@@ -85,15 +90,28 @@ def run_saturated(base_url: str) -> SaturatedRun:
 
     async def run() -> tuple[list[float], list[float]]:
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
+        streaming = 0
 
-        def ask(n: int, max_tokens: int):
+        def ask(n: int, max_tokens: int, **extra):
             return client.completions.create(
-                model=MODEL, prompt=f"Story {n}:", max_tokens=max_tokens, extra_body={"ignore_eos": True})
+                model=MODEL, prompt=f"Story {n}:", max_tokens=max_tokens, extra_body={"ignore_eos": True}, **extra)
 
-        await asyncio.gather(*(ask(n, SHORT_TOKENS) for n in range(WAVE)))
+        async def long(n: int) -> None:
+            nonlocal streaming
+            first = True
+            async for _ in await ask(n, LONG_TOKENS, stream=True):
+                streaming += first
+                first = False
+
+        await asyncio.gather(*(ask(n, DEMAND_TOKENS) for n in range(WAVE)))
+        # The cap the wave's arrivals decided holds until 10 s after the last of them.
+        cap = (await asyncio.to_thread(pool_stats, base_url))["long_cap"]
+        assert not reserve or cap <= SLOTS - (WAVE - 1), (
+            f"the first wave of {WAVE} short requests left long ones {cap} of {SLOTS} slots: "
+            "its requests did not overlap in the pool")
         sampler = asyncio.create_task(sample())
-        longs = [asyncio.create_task(_timed(ask(n, LONG_TOKENS))) for n in range(LONGS)]
-        await _until_queued(base_url, longs)
+        longs = [asyncio.create_task(_timed(long(n))) for n in range(LONGS)]
+        await _until(lambda: streaming >= cap, longs, f"{cap} long requests streaming (their cap)")
         shorts = []
         for wave in range(SHORT_WAVES):
             shorts += await asyncio.gather(*(_timed(ask(n, SHORT_TOKENS)) for n in range(wave * WAVE, (wave + 1) * WAVE)))
@@ -107,19 +125,13 @@ def run_saturated(base_url: str) -> SaturatedRun:
     return SaturatedRun(shorts, longs, samples)
 
 
-async def _until_queued(base_url: str, longs: list[asyncio.Task], timeout_s: float = 120) -> None:
-    """Until long requests hold every slot they may and some wait for one (none waits
-    while a slot it may take is free). Fails at once if a long request ends first, and
-    with the last `/stats` seen if that never comes."""
+async def _until(condition, running: list[asyncio.Task], what: str, timeout_s: float = 120) -> None:
+    """Until `condition()` holds, checked every 0.1 s. Fails at once, naming how,
+    if one of `running` ends first, and if that never comes within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    seen, slowest_poll_s = None, 0.0
-    while seen is None or seen["waiting"] == 0:
-        ended = [task for task in longs if task.done()]
-        assert not ended, (f"{len(ended)} long requests ended before any waited for a slot, the first "
-                           f"{ended[0].exception() or f'answered in {ended[0].result():.1f}s'}; last /stats {seen}")
-        assert time.monotonic() < deadline, (f"no long request waited for a slot within {timeout_s:g}s: "
-                                             f"last /stats {seen}, slowest /stats {slowest_poll_s:.1f}s")
+    while not condition():
+        ended = [task for task in running if task.done()]
+        assert not ended, (f"{len(ended)} requests ended before {what}, the first "
+                           f"{ended[0].exception() or 'with an answer'}")
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s:g}s"
         await asyncio.sleep(0.1)
-        sent = time.perf_counter()
-        seen = await asyncio.to_thread(pool_stats, base_url)
-        slowest_poll_s = max(slowest_poll_s, time.perf_counter() - sent)

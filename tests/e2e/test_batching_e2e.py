@@ -21,7 +21,7 @@ def stats(live_app: str) -> dict:
 def test_short_answers_do_not_wait_behind_long_ones(live_app):
     """Long requests saturate the slots and queue; short ones skip both (the same run
     with length awareness off fails this check: tests/e2e_nobuckets)."""
-    run = run_saturated(live_app)
+    run = run_saturated(live_app, reserve=True)
     print(f"\n[e2e] length awareness on: {run.describe()}")
     # One CI run saw one short request of 24 take 16.9 s (the rest about 1.2 s), not
     # reproduced in 10 runs since: the p95 must be short, and no short one as slow as a long one.
