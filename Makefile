@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/local.yaml
 
-.PHONY: setup run test test-unit bench validate
+.PHONY: setup run test test-unit bench bench-sharegpt validate
 
 setup:
 	scripts/setup_env.sh $(VENV)
@@ -26,3 +26,6 @@ validate: setup
 
 bench: setup
 	$(PY) benchmarks/throughput.py --config $(CONFIG)
+
+bench-sharegpt: setup
+	$(PY) benchmarks/sharegpt_serve.py --config $(CONFIG)

@@ -93,3 +93,28 @@ def mixed_plot(by_system: Mapping[str, Mapping[float, Mapping[str, Mapping[str, 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+SHAREGPT_PANELS = (("short_e2el_p99_s", "short (by output): E2EL p99 (s)"),
+                   ("long_e2el_p50_s", "long (by output): E2EL p50 (s)"),
+                   ("output_tok_s", "output tokens/s"),
+                   ("capacity_req_s", "own capacity (req/s)"))
+
+
+def sharegpt_plot(results: Mapping[str, Mapping[str, Any]], path: Path, title: str) -> None:
+    """One bar per system and headline figure, median with min-max range."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(SHAREGPT_PANELS), figsize=(4 * len(SHAREGPT_PANELS), 3.8))
+    names = list(results)
+    for ax, (figure, label) in zip(axes, SHAREGPT_PANELS, strict=True):
+        spreads = [results[name]["figures"][figure] for name in names]
+        shown = [(i, s) for i, s in enumerate(spreads) if s["median"] is not None]
+        _bar_with_range(ax, [i for i, _ in shown], [s for _, s in shown], 0.6,
+                        color=[COLORS.get(names[i]) for i, _ in shown])
+        ax.set_xticks(range(len(names)), names)
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

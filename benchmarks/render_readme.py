@@ -6,7 +6,7 @@ can drift from a file that records its commit, CPU, command and settings.
     .venv/bin/python benchmarks/render_readme.py --check   # exit 1 if either is stale
 
 Every `benchmarks/results/*.json` is listed; the throughput, mixed-workload, offline
-predictor, engine step profile, simulator validation and projected routing figures are
+predictor, live ShareGPT, engine step profile, simulator validation and projected routing figures are
 rendered, other kinds by name and commit only.
 """
 
@@ -151,6 +151,27 @@ def routing_table(data: Mapping[str, Any]) -> str:
             f"step time from {source}.\n\n" + "\n".join(rows))
 
 
+SHAREGPT_FIGURES = {"short_e2el_p99_s": "short E2EL p99", "long_e2el_p50_s": "long E2EL p50",
+                    "output_tok_s": "output tok/s", "capacity_req_s": "capacity"}
+"""The live ShareGPT benchmark's ratios the README's summary shows."""
+
+
+def sharegpt_rows(path: str, data: Mapping[str, Any]) -> list[str]:
+    workload = data.get("workload") or {}
+    return [f"| ShareGPT at {workload.get('load')} of own capacity: {SHAREGPT_FIGURES[key]} app/vllm | {fmt(value)} | "
+            f"{workload.get('repeats')} repeats | {where(path, data)} |"
+            for key, value in (data.get("ratios") or {}).items() if key in SHAREGPT_FIGURES]
+
+
+def sharegpt_table(results: list[Mapping[str, Any]]) -> str:
+    keys = ("capacity_req_s", "rate_req_s", "output_tok_s", "short_e2el_p99_s", "short_e2el_p50_s",
+            "long_e2el_p50_s", "all_ttft_p50_s", "short_count")
+    rows = ["| system | " + " | ".join(keys) + " | valid runs |", "|---" * (len(keys) + 2) + "|"]
+    rows += [f"| `{r['system']}` | " + " | ".join(fmt_spread(r["figures"].get(k)) for k in keys)
+             + f" | {r['valid_runs']}/{len(r['runs'])} |" for r in results]
+    return "\n".join(rows)
+
+
 def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     return [f"| {data.get('benchmark', Path(path).stem)}: see the file | - | - | {where(path, data)} |"]
 
@@ -158,7 +179,8 @@ def other_rows(path: str, data: Mapping[str, Any]) -> list[str]:
 ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "throughput": throughput_rows, "mixed_workload": mixed_rows,
     "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows,
-    "step_profile": step_profile_rows, "fleetsim_validation": validation_rows, "fleetsim_routing": routing_rows}
+    "step_profile": step_profile_rows, "fleetsim_validation": validation_rows, "fleetsim_routing": routing_rows,
+    "sharegpt_serve": sharegpt_rows}
 """Summary rows per benchmark kind (`benchmark` in the file)."""
 
 
@@ -195,6 +217,8 @@ def full(results: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append(validation_table(data["comparison"]))
         if data.get("benchmark") == "fleetsim_routing":
             parts.append(routing_table(data))
+        if data.get("benchmark") == "sharegpt_serve":
+            parts.append(sharegpt_table(data["results"]))
         if prov.get("systems"):
             parts.append(settings_table(prov["systems"]))
     return "\n\n".join(parts)

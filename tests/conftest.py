@@ -78,7 +78,7 @@ def serve_run_app(config: str, probe_model: str | None = None) -> Iterator[str]:
                             startup_timeout_s=float(os.environ.get("E2E_STARTUP_TIMEOUT_S", "420")))
     if probe_model is not None:
         server.model_name = probe_model
-    print(f"\n[{config}] on {measured_on()}")
+    print(f"\n[{config}] on {measured_on()}; load average {os.getloadavg()[0]:.1f} before it starts")
     print(f"[{config}] serve run answering after {server.start():.0f}s on :{server.port} (log: {server.log_path})")
     try:
         yield server.base_url

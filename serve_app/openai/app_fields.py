@@ -61,8 +61,12 @@ class AppFields(BaseModel):
 
 
 def requested_max_tokens(request: Any) -> int | None:
-    """The output cap a vLLM request model carries (`max_completion_tokens` first, as vLLM reads it)."""
-    return getattr(request, "max_completion_tokens", None) or getattr(request, "max_tokens", None)
+    """The output cap a vLLM request model carries: chat's `max_completion_tokens`
+    before its `max_tokens` (as vLLM reads them), or the Responses API's `max_output_tokens`."""
+    for field in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        if (cap := getattr(request, field, None)) is not None:
+            return cap
+    return None
 
 
 def request_meta(http: Request, fields: AppFields, request: Any, body: dict[str, Any], client: str | None,
