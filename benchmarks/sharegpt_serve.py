@@ -40,6 +40,11 @@ from benchmarks.settings import settings_table  # noqa: E402
 from benchmarks.systems import System, choose, first_app, registry, server_command  # noqa: E402
 
 SYSTEMS = ("app", "nobuckets", "vllm")
+BENCH_SERVE = ("import argparse, sys; from vllm.benchmarks.serve import add_cli_args, main; "
+               "parser = argparse.ArgumentParser(prog='vllm bench serve'); add_cli_args(parser); "
+               "main(parser.parse_args())")
+"""`vllm bench serve` itself (its CLI entry point needs vLLM's package metadata, which
+the CPU build installed here lacks)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,7 +84,7 @@ def write_datasets(folder: Path) -> tuple[Path, Path, int]:
 def bench_serve(server: LocalServer, dataset: Path, args: argparse.Namespace, out: Path,
                 rate: float | None, prompts: int, seed: int) -> dict[str, Any]:
     """One `vllm bench serve` run; its saved detailed result and the client's CPU share."""
-    command = [str(REPO / ".venv/bin/vllm"), "bench", "serve", "--backend", "openai-chat",
+    command = [sys.executable, "-c", BENCH_SERVE, "--backend", "openai-chat",
                "--endpoint", "/v1/chat/completions", "--base-url", server.base_url.removesuffix("/v1"),
                "--model", server.model_name, "--tokenizer", args.tokenizer,
                "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
@@ -90,22 +95,32 @@ def bench_serve(server: LocalServer, dataset: Path, args: argparse.Namespace, ou
                "--ready-check-timeout-sec", "0"]  # started and answering already; its probe is a measured prompt
     command += ["--request-rate", str(rate)] if rate else ["--request-rate", "inf", "--max-concurrency",
                                                              str(args.concurrency)]
-    started, process = time.monotonic(), subprocess.Popen(command, cwd=REPO)
+    process = subprocess.Popen(command, cwd=REPO)
     watched = psutil.Process(process.pid)
-    cpu_s = 0.0
+    samples: list[tuple[float, float]] = []  # (time, the client's CPU seconds so far), every 0.5 s
     while process.poll() is None:
         try:
             times = watched.cpu_times()
-            cpu_s = times.user + times.system + times.children_user + times.children_system
+            samples.append((time.monotonic(), times.user + times.system))
         except psutil.Error:
             pass
         time.sleep(0.5)
     if process.returncode != 0:
         raise RuntimeError(f"vllm bench serve exited with {process.returncode}")
     result = json.loads(out.read_text())
-    result["client_share"] = cpu_s / (time.monotonic() - started) / psutil.cpu_count()
-    result["command"] = " ".join(portable(word) for word in command)
+    result["client_share"] = load_phase_share(samples, result["duration"])
+    result["command"] = " ".join(["vllm bench serve", *(portable(word) for word in command[3:])])
     return result
+
+
+def load_phase_share(samples: list[tuple[float, float]], duration_s: float) -> float | None:
+    """The client's CPU share of the machine over its last `duration_s` (the run
+    proper, after it loaded and tokenized the dataset); None if too few samples."""
+    if len(samples) < 2:
+        return None
+    end, end_cpu = samples[-1]
+    start, start_cpu = next(((t, c) for t, c in samples if t >= end - duration_s), samples[0])
+    return (end_cpu - start_cpu) / max(end - start, 1e-9) / psutil.cpu_count()
 
 
 def measure(system: System, args: argparse.Namespace, datasets: tuple[Path, Path], folder: Path,
