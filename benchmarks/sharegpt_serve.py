@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import sharegpt  # noqa: E402
 from benchmarks.plots import sharegpt_plot  # noqa: E402
 from benchmarks.provenance import command_line, machine, portable  # noqa: E402
-from benchmarks.report import fmt, fmt_spread, spread, validity, write_json  # noqa: E402
+from benchmarks.report import fmt_spread, print_targets, spread, target, usable_runs, validity, write_json  # noqa: E402
 from benchmarks.serve_classes import CLASS_METRICS, by_class  # noqa: E402
 from benchmarks.servers import LocalServer  # noqa: E402
 from benchmarks.settings import settings_table  # noqa: E402
@@ -149,7 +149,7 @@ def measure(system: System, args: argparse.Namespace, datasets: tuple[Path, Path
 
 
 def summarize(system: System, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    valid = [r for r in runs if r["validity"]["valid"]] or runs
+    valid, any_valid = usable_runs(runs)
     figures = {"capacity_req_s": spread(r["capacity_req_s"] for r in runs),
                "rate_req_s": spread(r["rate_req_s"] for r in valid),
                "output_tok_s": spread(r["output_tok_s"] for r in valid),
@@ -158,7 +158,7 @@ def summarize(system: System, runs: list[dict[str, Any]]) -> dict[str, Any]:
         for metric in CLASS_METRICS:
             figures[f"{name}_{metric}"] = spread(r["classes"][name].get(metric) for r in valid)
     return {"system": system.name, "description": system.description, "figures": figures,
-            "valid_runs": len([r for r in runs if r["validity"]["valid"]]), "runs": runs}
+            "valid_runs": len(valid) if any_valid else 0, "runs": runs}
 
 
 def comparisons(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, Any]]:
@@ -173,10 +173,10 @@ def comparisons(results: dict[str, dict[str, Any]]) -> tuple[dict[str, float | N
 
     ratios = {key: ratio(key) for key in ("short_e2el_p99_s", "short_e2el_p50_s", "long_e2el_p50_s",
                                           "all_ttft_p50_s", "output_tok_s", "capacity_req_s")}
-    checks = {"short_e2el_p99_s": ("<=", 0.5), "long_e2el_p50_s": ("<=", 1.2), "output_tok_s": (">=", 0.95)}
-    targets = {key: {"ratio": ratios[key], "op": op, "threshold": threshold,
-                     "met": ratios[key] is not None and (ratios[key] <= threshold if op == "<=" else ratios[key] >= threshold)}
-               for key, (op, threshold) in checks.items()}
+    targets = {"app/vllm": {
+        "short_e2el_p99_s": target(ratios["short_e2el_p99_s"], "<=", 0.5, "short requests' E2EL p99 ratio"),
+        "long_e2el_p50_s": target(ratios["long_e2el_p50_s"], "<=", 1.2, "long requests' E2EL p50 ratio"),
+        "output_tok_s": target(ratios["output_tok_s"], ">=", 0.95, "output tok/s ratio")}}
     return ratios, targets
 
 
@@ -226,8 +226,7 @@ def main() -> int:
         print(f"{entry['system']:>10}: capacity {fmt_spread(f['capacity_req_s'])} req/s, tok/s "
               f"{fmt_spread(f['output_tok_s'])}, short E2EL p99 {fmt_spread(f['short_e2el_p99_s'])} s, "
               f"long E2EL p50 {fmt_spread(f['long_e2el_p50_s'])} s ({entry['valid_runs']} valid runs)")
-    for key, t in targets.items():
-        print(f"target {key} {t['op']} {t['threshold']}x: {fmt(t['ratio'])}x {'met' if t['met'] else 'MISSED'}")
+    print_targets(targets)
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.png')}")
     return 0 if all(r["failed"] == 0 for e in results.values() for r in e["runs"]) else 1
 
