@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/local.yaml
 
-.PHONY: setup run test test-unit bench bench-sharegpt validate
+.PHONY: setup run test test-unit validate bench bench-throughput bench-sharegpt bench-predictor bench-fleet
 
 setup:
 	scripts/setup_env.sh $(VENV)
@@ -24,8 +24,24 @@ test-unit: setup
 validate: setup
 	$(PY) -m serve_app.tools.cli validate configs/local.yaml configs/prod.yaml
 
-bench: setup
-	$(PY) benchmarks/throughput.py --config $(CONFIG)
+# Every committed result file again, with the command it records (a test holds the two
+# together; hours on 2 cores, the machine to itself), then the README's tables from them.
+bench: bench-throughput bench-sharegpt bench-predictor bench-fleet
+	$(PY) benchmarks/render_readme.py
+
+bench-throughput: setup
+	$(PY) benchmarks/throughput.py --systems app,vllm --repeats 3 --requests 64 --concurrency 32 --max-tokens 128 --warmup 8 --no-quality --curve-systems ''
 
 bench-sharegpt: setup
-	$(PY) benchmarks/sharegpt_serve.py --config $(CONFIG)
+	$(PY) benchmarks/sharegpt_serve.py --num-prompts 128
+
+bench-predictor: setup
+	$(PY) benchmarks/own_outputs.py --requests 400
+	$(PY) benchmarks/predictor_bench.py
+	$(PY) benchmarks/predictor_bench.py --lengths benchmarks/results/smollm2_sharegpt_lengths.json --window 50 --out benchmarks/results/predictor_smollm2.json
+
+bench-fleet: setup
+	$(PY) -m benchmarks.fleetsim.profile_engine
+	$(PY) -m benchmarks.fleetsim.validate
+	$(PY) -m benchmarks.fleetsim.project
+	$(PY) -m benchmarks.fleetsim.project --engine llama-3.1-8b-l40s --out benchmarks/results/fleetsim_routing_l40s

@@ -140,15 +140,24 @@ def routing_rows(path: str, data: Mapping[str, Any]) -> list[str]:
 
 
 def routing_table(data: Mapping[str, Any]) -> str:
-    rows = ["| load | system | output tok/s | TTFT p50 / p99 (s) | E2E p50 / p99 (s) | short E2E p99 (s) | goodput (req/s) |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| load | system | output tok/s | TTFT p50 / p99 (s) | E2E p50 / p99 (s) | short E2E p99 (s) | goodput (req/s) "
+            "| USD / 1M output tokens |", "|---|---|---|---|---|---|---|---|"]
     rows += [f"| {load} | `{system}` | {fmt(r['output_throughput'])} | {fmt(r['ttft_s']['p50'])} / {fmt(r['ttft_s']['p99'])} "
              f"| {fmt(r['e2el_s']['p50'])} / {fmt(r['e2el_s']['p99'])} | {fmt(r['short_e2el_s']['p99'])} "
-             f"| {fmt(r['goodput'])} |"
+             f"| {fmt(r['goodput'])} | {fmt(r.get('usd_per_1m_output_tokens'))} |"
              for load in data["loads"] for system, by_load in data["results"].items() for r in [by_load[str(load)]]]
     source = data["engine"]["step_time"]["source"]
-    return (f"Projected, not measured: {data['replicas']} replicas, capacity {fmt(data['capacity_req_per_s'])} req/s; "
-            f"step time from {source}.\n\n" + "\n".join(rows))
+    price = data.get("price")
+    priced = (f"; priced at {fmt(price['usd_per_gpu_hour'])} USD per GPU-hour ({price['instance_type']} on demand, "
+              f"{price['region']}, {price['as_of']}: {price['source']})" if price else "")
+    table = (f"Projected, not measured: {data['replicas']} replicas, capacity {fmt(data['capacity_req_per_s'])} req/s; "
+             f"step time from {source}{priced}.\n\n" + "\n".join(rows))
+    if not data.get("h100_trained_vs_roofline"):
+        return table
+    check = ["| H100 step | BLIS trained (ms) | BLIS roofline (ms) | roofline / trained |", "|---|---|---|---|"]
+    check += [f"| {shape} | {fmt(c['trained_ms'])} | {fmt(c['roofline_ms'])} | {fmt(c['roofline_over_trained'])} |"
+              for shape, c in data["h100_trained_vs_roofline"].items()]
+    return table + "\n\n" + "\n".join(check)
 
 
 SHAREGPT_FIGURES = {"short_e2el_p99_s": "short E2EL p99", "long_e2el_p50_s": "long E2EL p50",

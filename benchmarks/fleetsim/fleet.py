@@ -8,8 +8,9 @@ Which replica takes an attempt is a `Router`'s choice:
 - `LeastLoadedRouter`: the app's own `LeastLoadedPolicy` (in-flight tokens plus
   queue length) ranks the replicas, and of its first rank the one with fewer
   requests takes it, as Serve's router picks between the two it is offered.
-  Loads are read exact and current; the app's replicas report theirs every
-  second, so the real router sees them up to a second old.
+  Each replica's in-flight tokens are its last report, made every
+  `request_routing_stats_period_s` of the app's router config (so up to that
+  old); the request counts are the router's own, current.
 - `PowerOfTwoRouter`: Serve's default, two replicas drawn at random, the one
   with fewer requests.
 
@@ -19,7 +20,9 @@ ingress does from Serve's replica counts.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import math
 import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -31,6 +34,7 @@ from serve_app.config import ModelConfig, Priority
 from serve_app.engine.base import EngineError, EngineRequestError, GenerationChunk, GenerationRequest
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.scheduling.replica_choice import LeastLoadedPolicy, ReplicaLoad
+from serve_app.topology import REQUEST_ROUTER_CONFIG
 
 
 @dataclass(eq=False)
@@ -54,12 +58,27 @@ class Router(Protocol):
 
 
 class LeastLoadedRouter:
-    def __init__(self, policy: LeastLoadedPolicy | None = None) -> None:
+    def __init__(self, policy: LeastLoadedPolicy | None = None,
+                 report_every_s: float = REQUEST_ROUTER_CONFIG["request_routing_stats_period_s"]) -> None:
         self._policy = policy or LeastLoadedPolicy()
+        self._report_every_s = report_every_s
+        self._reports: dict[str, tuple[float, float]] = {}
+        """Replica name: (when it last reported, its in-flight tokens then)."""
+
+    def reported_tokens(self, replica: SimReplica) -> float:
+        """The replica's in-flight tokens as of its last report: read afresh when the
+        router needs it and the last one is `report_every_s` old (a replica's first
+        use included), else the last one."""
+        now = asyncio.get_running_loop().time()
+        at, tokens = self._reports.get(replica.name, (-math.inf, 0.0))
+        if now - at >= self._report_every_s:
+            at, tokens = now, float(replica.engine.in_flight_tokens())
+            self._reports[replica.name] = (at, tokens)
+        return tokens
 
     def choose(self, replicas: list[SimReplica]) -> SimReplica:
         by_name = {replica.name: replica for replica in replicas}
-        loads = [ReplicaLoad(r.name, float(r.engine.in_flight_tokens()), r.ongoing) for r in replicas]
+        loads = [ReplicaLoad(r.name, self.reported_tokens(r), r.ongoing) for r in replicas]
         first = [by_name[name] for name in self._policy.rank(loads)[0]]
         return min(first, key=lambda replica: replica.ongoing)
 

@@ -3,60 +3,94 @@
     .venv/bin/python -m benchmarks.fleetsim.project    # a few minutes; writes benchmarks/results/fleetsim_routing.{json,png}
 
 Every figure this writes is PROJECTED, not measured: the engines' step time
-and KV cache come from a published source (`published.PUBLISHED[--engine]`,
-BLIS's coefficients for H100), the replicas are `configs/prod.yaml`'s first
-model with one pool of `--replicas` (`max_num_seqs` 256), and the traffic is
+and KV cache come from a published source (`published.PUBLISHED[--engine]`:
+BLIS's trained coefficients for H100, its roofline for L40S), the replicas
+are `configs/prod.yaml`'s first model's, `--replicas` of them in one pool
+(`max_num_seqs` 256) or its pools, and the traffic is
 the Splitwise production trace (`traces.py`: no text, so the predictor sees
 only each prompt's size). The app's own batcher runs in every system:
 
 - `app`: length-aware ordering and long-request cap (the app's default), its
   least-loaded replica choice;
 - `fcfs`: the same without length awareness;
-- `serve-default`: no length awareness, Serve's power-of-two replica choice.
+- `serve-default`: no length awareness, Serve's power-of-two replica choice;
+- `app-pools`: `app` with prod.yaml's pools per length class (short answers on
+  replicas of their own), the replicas split as `pool_replicas` sizes them.
 
 Capacity is the `fcfs` fleet's closed-loop throughput on the window's requests
 (every slot busy); each load offers that share of it as the trace's own
 arrivals, time-scaled. Metrics are `vllm bench serve`'s; short requests are
-those whose answer runs at most `SHORT_TOKENS`, grouped by actual length.
+those whose answer runs at most `SHORT_TOKENS`, grouped by actual length. Each
+run is priced as the fixed fleet on demand (the price book's instance type for
+the GPU) over the output tokens it served.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+import math
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import metrics
 from benchmarks.fleetsim import virtual_time
 from benchmarks.fleetsim.fleet import LeastLoadedRouter, PowerOfTwoRouter, Router
-from benchmarks.fleetsim.published import PUBLISHED, PublishedEngine
+from benchmarks.fleetsim.published import PUBLISHED, PublishedEngine, cross_check
 from benchmarks.fleetsim.simulate import SimApp, SimRequest, closed_loop, open_loop
 from benchmarks.fleetsim.traces import SPLITWISE, splitwise_requests
 from benchmarks.provenance import REPO, command_line
 from benchmarks.report import write_json
 from serve_app.config import AppConfig
 from serve_app.config.app import load_serve_config
+from serve_app.cost.prices import load_price_book
 
 SHORT_TOKENS = 64
 SLO = metrics.Slo(ttft_s=1.0, tpot_s=0.05)
 """Goodput's SLO: first token within a second, then 20 tokens/s or better."""
-SYSTEMS: dict[str, tuple[bool, type]] = {
-    "app": (True, LeastLoadedRouter), "fcfs": (False, LeastLoadedRouter), "serve-default": (False, PowerOfTwoRouter)}
-"""name: (length-aware, replica choice)."""
 
 
-def fleet_config(length_aware: bool, replicas_config: Path = REPO / "configs" / "prod.yaml") -> AppConfig:
-    """prod.yaml's first model with one pool and a queue that holds a whole burst."""
+@dataclass(frozen=True)
+class FleetSystem:
+    length_aware: bool
+    router: type
+    """The replica choice (a `Router` class)."""
+    pools: bool = False
+    """prod.yaml's pools per length class, else one pool of every replica."""
+
+
+SYSTEMS = {"app": FleetSystem(True, LeastLoadedRouter), "app-pools": FleetSystem(True, LeastLoadedRouter, pools=True),
+           "fcfs": FleetSystem(False, LeastLoadedRouter), "serve-default": FleetSystem(False, PowerOfTwoRouter)}
+
+
+def fleet_config(system: FleetSystem, replicas_config: Path = REPO / "configs" / "prod.yaml") -> AppConfig:
+    """prod.yaml's first model, with its pools or as one pool, each queue holding a whole burst."""
     args = load_serve_config(replicas_config)["applications"][0]["args"]
-    model = {**args["models"][0], "pools": [{"name": "default", "queue_size": 100_000}],
-             "length_scheduling": {"enabled": length_aware}}
+    model = {**args["models"][0], "length_scheduling": {"enabled": system.length_aware}}
+    pools = model["pools"] if system.pools else [{"name": "default"}]
+    model["pools"] = [{"name": pool["name"], "max_output_tokens": pool.get("max_output_tokens"),
+                       "engine": pool.get("engine", {}), "queue_size": 100_000} for pool in pools]
     model["deployment"] = {"num_replicas": 1, "max_ongoing_requests": model["engine"]["max_num_seqs"]}
+    for pool in model["pools"]:
+        seqs = pool["engine"].get("max_num_seqs")
+        pool["deployment"] = {"num_replicas": 1, "max_ongoing_requests": seqs} if seqs else None
     return AppConfig.model_validate({"models": [model], "ingress": {"queue_timeout_s": 3600, "request_timeout_s": 7200}})
 
 
-def run(config: AppConfig, router: Router, engine: PublishedEngine, replicas: int, requests: list[SimRequest],
-        concurrency: int | None = None) -> dict[str, Any]:
+def pool_replicas(config: AppConfig, replicas: int, requests: list[SimRequest]) -> dict[str, int]:
+    """`replicas` split between the pools as the output tokens of the answers each
+    pool's bucket holds (how an operator sizes pools from past traffic), one at least."""
+    pools = config.models[0].pools
+    edges = [pool.max_output_tokens or math.inf for pool in pools]
+    tokens = [sum(r.answer_tokens for r in requests if lower < r.answer_tokens <= upper)
+              for lower, upper in zip([0, *edges[:-1]], edges, strict=True)]
+    counts = [max(1, round(replicas * share / sum(tokens))) for share in tokens]
+    counts[-1] = max(1, replicas - sum(counts[:-1]))
+    return {pool.name: count for pool, count in zip(pools, counts, strict=True)}
+
+
+def run(config: AppConfig, router: Router, engine: PublishedEngine, replicas: int | dict[str, int],
+        requests: list[SimRequest], concurrency: int | None = None) -> dict[str, Any]:
     """One simulated run: closed loop at `concurrency`, else open loop at the requests' arrivals."""
     async def main():
         app = SimApp(config, engine.step_time, router, replicas, engine.kv_cache_tokens)
@@ -90,33 +124,54 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     engine = PUBLISHED[args.engine]
     requests = [replace(r, kind="short" if r.answer_tokens <= SHORT_TOKENS else "other")
                 for r in splitwise_requests(args.trace, duration_s=args.window_s)]
-    configs = {length_aware: fleet_config(length_aware) for length_aware in (True, False)}
-    slots = args.replicas * configs[False].models[0].engine.max_num_seqs
-    capacity = run(configs[False], LeastLoadedRouter(), engine, args.replicas, requests, slots)["request_throughput"]
+    configs = {name: fleet_config(system) for name, system in SYSTEMS.items()}
+    split = {name: pool_replicas(config, args.replicas, requests) for name, config in configs.items()}
+    slots = args.replicas * configs["fcfs"].models[0].engine.max_num_seqs
+    capacity = run(configs["fcfs"], LeastLoadedRouter(), engine, args.replicas, requests, slots)["request_throughput"]
     print(f"[project] {args.replicas} x {args.engine}: capacity {capacity:.1f} req/s ({len(requests)} requests)",
           flush=True)
     loads = [float(load) for load in args.loads.split(",")]
     results: dict[str, dict[str, Any]] = {name: {} for name in SYSTEMS}
     for load in loads:
         offered = at_load(requests, load * capacity)
-        for name, (length_aware, router) in SYSTEMS.items():
-            summary = run(configs[length_aware], router(), engine, args.replicas, offered)
+        for name, system in SYSTEMS.items():
+            summary = run(configs[name], system.router(), engine, split[name], offered)
             results[name][str(load)] = summary
             print(f"[project] load {load}: {name:13} short E2E p99 {fmt_s(summary['short_e2el_s']['p99'])}, "
                   f"E2E p50 {fmt_s(summary['e2el_s']['p50'])}, goodput {summary['goodput']:.1f} req/s", flush=True)
+    price = gpu_hour_price(engine)
+    if price is not None:
+        for by_load in results.values():
+            for summary in by_load.values():
+                summary["usd_per_1m_output_tokens"] = round(
+                    args.replicas * price["usd_per_gpu_hour"] / 3600 / summary["output_throughput"] * 1e6, 4)
     result = {
-        "benchmark": "fleetsim_routing", "projected": True, "command": command_line(),
-        "engine": {"name": args.engine, "step_time": vars(engine.step_time), "kv_cache_tokens": engine.kv_cache_tokens},
+        "benchmark": "fleetsim_routing", "projected": True, "command": command_line(), "price": price,
+        "engine": {"name": args.engine, "step_time": {**asdict(engine.step_time), "source": engine.step_time.source},
+                   "kv_cache_tokens": engine.kv_cache_tokens},
+        "h100_trained_vs_roofline": cross_check(),
         "replicas": args.replicas, "capacity_req_per_s": capacity, "loads": loads,
         "trace": {"file": "../shared/traces/splitwise_conv.csv", "window_s": args.window_s, "requests": len(requests)},
         "short_tokens": SHORT_TOKENS, "slo": vars(SLO), "results": results,
     }
-    settings = {name: {"length_awareness": "on" if aware else "off", "replica_choice": router.__name__,
+    settings = {name: {"length_awareness": "on" if system.length_aware else "off",
+                       "replica_choice": system.router.__name__,
+                       "replicas_per_pool": ", ".join(f"{pool} {count}" for pool, count in split[name].items()),
                        "dtype": "bfloat16 (the published coefficients')"}
-                for name, (aware, router) in SYSTEMS.items()}
+                for name, system in SYSTEMS.items()}
     write_json(Path(f"{args.out}.json"), result, settings)
     plot(results, loads, Path(f"{args.out}.png"), f"{args.replicas} x {args.engine} (projected)")
     return result
+
+
+def gpu_hour_price(engine: PublishedEngine) -> dict[str, Any] | None:
+    """One GPU-hour of the engine's instance type, on demand, from the app's price book
+    (what a fixed fleet costs whatever its load); None where the book has no such type."""
+    if engine.instance_type is None:
+        return None
+    instance = load_price_book().instances[engine.instance_type]
+    return {"instance_type": engine.instance_type, "usd_per_gpu_hour": instance.on_demand.hourly_usd / instance.gpus,
+            **instance.on_demand.model_dump(include={"region", "as_of", "source"})}
 
 
 def fmt_s(seconds: float | None) -> str:

@@ -74,10 +74,11 @@ class AnswerOracle:
 
 
 class SimApp:
-    """The batcher over a fleet of `replicas` engines per pool of one model, each with
+    """The batcher over a fleet of `replicas` engines per pool of one model (or so many
+    by pool name), each with
     `kv_cache_tokens` of KV cache (default: what the config gives a CPU engine here)."""
 
-    def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int = 1,
+    def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int | dict[str, int] = 1,
                  kv_cache_tokens: int | None = None) -> None:
         self.model = config.models[0]
         self.fleet = SimFleet(router)
@@ -87,7 +88,7 @@ class SimApp:
         for pool in self.model.pools:
             engine = self.model.pool_engine(pool)
             slots = min(self.model.pool_deployment(pool).max_ongoing_requests, engine.max_num_seqs)
-            for _ in range(replicas):
+            for _ in range(replicas if isinstance(replicas, int) else replicas[pool.name]):
                 shape = engine_shape(engine, kv_cache_tokens)
                 self.fleet.add_replica(self.model, pool.name, SimEngine(shape, step_time, self._oracle), slots)
             self.batcher.set_slots(self.model.name, pool.name, self.fleet.slots(self.model.name, pool.name))

@@ -24,3 +24,16 @@ def test_a_small_projection_names_its_sources_and_covers_every_system_and_load(t
             run = result["results"][system][load]
             assert run["completed"] == 120 and run["failed"] == 0, (system, load, run["failures"])
     assert out.with_suffix(".png").exists()
+
+
+def test_pools_are_sized_by_the_output_tokens_their_bucket_holds():
+    from benchmarks.fleetsim.project import fleet_config, pool_replicas
+    from benchmarks.fleetsim.simulate import SimRequest
+
+    config = fleet_config(SYSTEMS["app-pools"])
+    assert [pool.max_output_tokens for pool in config.models[0].pools] == [128, None]  # prod.yaml's short and long
+    # 100 tokens of short answers against 300 of long ones: a quarter of 8 replicas
+    requests = [SimRequest(10, 50, None), SimRequest(10, 50, None), SimRequest(10, 300, None)]
+    assert pool_replicas(config, 8, requests) == {"short": 2, "long": 6}
+    assert pool_replicas(config, 8, [SimRequest(10, 300, None)]) == {"short": 1, "long": 7}  # never none
+    assert pool_replicas(fleet_config(SYSTEMS["app"]), 8, requests) == {"default": 8}

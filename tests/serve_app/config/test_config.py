@@ -40,6 +40,19 @@ def test_local_configs_run_the_tiny_model_on_cpu_in_the_dtype_the_cpu_supports()
     assert int8.quantization == "compressed-tensors" and int8.model.endswith("-W8A8")
 
 
+def test_the_int8_config_is_the_local_one_but_for_its_quantized_checkpoint():
+    """A benchmark of the two measures quantization and nothing else."""
+    def normalized(path: str) -> dict:
+        config = app_configs(load_serve_config(REPO / path))["llm"].model_dump()
+        (model,) = config["models"]
+        (shape,) = config["cost"]["replicas"].values()
+        config["cost"]["replicas"] = {"model": shape}
+        model["engine"].update(model="checkpoint", quantization="-")
+        return {**config, "models": [{**model, "name": "model"}]}
+
+    assert normalized("configs/local-int8.yaml") == normalized("configs/local.yaml")
+
+
 def test_prod_config_is_fp8_on_gpus_with_tensor_parallel_where_needed():
     config = app_configs(load_serve_config(REPO / "configs/prod.yaml"))["llm"]
     options = {model.name: model.deployment.serve_options() for model in config.models}
