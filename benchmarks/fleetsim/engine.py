@@ -122,8 +122,11 @@ class SimEngine:
         self.preemptions = 0
 
     def in_flight_tokens(self) -> int:
-        """Output tokens the requests it holds may still produce (the app's routing load)."""
-        return sum(s.target - s.output for s in self._running) + sum(s.target - s.output for _, s in self._waiting)
+        """The routing load the app's replica reports (`LLMServer.record_routing_stats`):
+        what the requests it holds may still produce by their `max_tokens` (the model's
+        context without one), not by the answer lengths only the engine knows."""
+        held = [*self._running, *(s for _, s in self._waiting)]
+        return sum((s.request.max_tokens or self.shape.max_model_len) - s.output for s in held)
 
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._run())

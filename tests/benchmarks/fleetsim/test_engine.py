@@ -90,3 +90,18 @@ def test_a_full_kv_cache_preempts_the_lowest_priority_request_which_is_recompute
 def test_the_stream_interval_gathers_tokens_but_the_first_and_last_go_at_once():
     chunks, _ = serve(shape(), {"a": 10}, [request("a", 8, stream_interval=4)])
     assert [n for _, n, _ in chunks["a"]] == [1, 4, 4, 1]
+
+
+def test_the_routing_load_is_what_the_replica_can_know_its_requests_max_tokens_less_their_output():
+    async def main():
+        engine = SimEngine(shape(), STEP, lambda r: 3)  # every answer ends after 3 tokens
+        engine.start()
+        stream = engine.stream(request("a", prompt=8, max_tokens=100))
+        first = await anext(stream)
+        load = engine.in_flight_tokens()
+        async for _ in stream:
+            pass
+        engine.stop()
+        return first.num_tokens, load, engine.in_flight_tokens()
+
+    assert run(main()) == (1, 99, 0)  # not the 2 tokens only the engine knows are left
