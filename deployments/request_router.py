@@ -33,6 +33,7 @@ class LeastLoadedRequestRouter(FIFOMixin, RequestRouter):
                 in_flight_tokens=replica.routing_stats.get("in_flight_tokens"),
                 queue_len=cached_queue_len(self, replica.replica_id),
                 serving=bool(replica.routing_stats.get("serving", 1)) and replica.actor_id.hex() not in avoid,
+                reported_requests=replica.routing_stats.get("in_flight"),
             )
             for replica_id, replica in by_id.items()
         ]

@@ -8,9 +8,9 @@ Which replica takes an attempt is a `Router`'s choice:
 - `LeastLoadedRouter`: the app's own `LeastLoadedPolicy` (in-flight tokens plus
   queue length) ranks the replicas, and of its first rank the one with fewer
   requests takes it, as Serve's router picks between the two it is offered.
-  Each replica's in-flight tokens are its last report, made every
+  Each replica's in-flight tokens and requests are its last report, made every
   `request_routing_stats_period_s` of the app's router config (so up to that
-  old); the request counts are the router's own, current.
+  old); the queue lengths are the router's own, current.
 - `PowerOfTwoRouter`: Serve's default, two replicas drawn at random, the one
   with fewer requests.
 
@@ -62,23 +62,24 @@ class LeastLoadedRouter:
                  report_every_s: float = REQUEST_ROUTER_CONFIG["request_routing_stats_period_s"]) -> None:
         self._policy = policy or LeastLoadedPolicy()
         self._report_every_s = report_every_s
-        self._reports: dict[str, tuple[float, float]] = {}
-        """Replica name: (when it last reported, its in-flight tokens then)."""
+        self._reports: dict[str, tuple[float, ReplicaLoad]] = {}
+        """Replica name: (when it last reported, its load then)."""
 
-    def reported_tokens(self, replica: SimReplica) -> float:
-        """The replica's in-flight tokens as of its last report: read afresh when the
-        router needs it and the last one is `report_every_s` old (a replica's first
-        use included), else the last one."""
+    def reported_load(self, replica: SimReplica) -> ReplicaLoad:
+        """The replica's in-flight tokens and requests as of its last report (read
+        afresh when the router needs them and the last report is `report_every_s`
+        old, a replica's first use included), with its current queue length."""
         now = asyncio.get_running_loop().time()
-        at, tokens = self._reports.get(replica.name, (-math.inf, 0.0))
-        if now - at >= self._report_every_s:
-            at, tokens = now, float(replica.engine.in_flight_tokens())
-            self._reports[replica.name] = (at, tokens)
-        return tokens
+        at, load = self._reports.get(replica.name, (-math.inf, None))
+        if load is None or now - at >= self._report_every_s:
+            load = ReplicaLoad(replica.name, float(replica.engine.in_flight_tokens()), None,
+                               reported_requests=replica.ongoing)
+            self._reports[replica.name] = (now, load)
+        return replace(load, queue_len=replica.ongoing)
 
     def choose(self, replicas: list[SimReplica]) -> SimReplica:
         by_name = {replica.name: replica for replica in replicas}
-        loads = [ReplicaLoad(r.name, self.reported_tokens(r), r.ongoing) for r in replicas]
+        loads = [self.reported_load(r) for r in replicas]
         first = [by_name[name] for name in self._policy.rank(loads)[0]]
         return min(first, key=lambda replica: replica.ongoing)
 

@@ -1,5 +1,5 @@
-"""The simulated app router reads each replica's load as the app's router does: from
-reports at most a report period old, not the engine's current state."""
+"""The simulated app router reads each replica's load as the app's router does: its
+debt per request from reports at most a report period old, not the engine's current state."""
 
 from __future__ import annotations
 
@@ -20,18 +20,20 @@ class LoadOnly:
         return self.tokens
 
 
-def test_the_router_sees_a_replicas_load_only_at_its_next_report():
-    engines = {"a": LoadOnly(0), "b": LoadOnly(100), "c": LoadOnly(1000)}
-    replicas = [SimReplica(name, engine, slots=8, stream_interval=lambda ongoing: 1) for name, engine in engines.items()]
+def test_the_router_weighs_requests_by_each_replicas_last_report():
+    engines = {"a": LoadOnly(100), "b": LoadOnly(200), "c": LoadOnly(1000)}
+    replicas = [SimReplica(name, engine, slots=8, stream_interval=lambda ongoing: 1, ongoing=1)
+                for name, engine in engines.items()]
     router = LeastLoadedRouter(report_every_s=1.0)
 
     async def choices() -> list[str]:
-        seen = [router.choose(replicas).name]  # a and b are the lightest two, neither busier: a
-        engines["a"].tokens = 5000
+        seen = [router.choose(replicas).name]  # a and b are the lightest two, a has no more requests: a
+        engines["a"].tokens = 5000  # a's one request turns out long, b's short
+        engines["b"].tokens = 10
         await asyncio.sleep(0.5)
-        seen.append(router.choose(replicas).name)  # a's last report still says 0
+        seen.append(router.choose(replicas).name)  # the last reports still say a 100, b 200
         await asyncio.sleep(0.5)
-        seen.append(router.choose(replicas).name)  # a reports 5000: b and c are the lightest
+        seen.append(router.choose(replicas).name)  # now b 10, then c 1000: b
         return seen
 
     assert virtual_time.run(choices()) == ["a", "a", "b"]
