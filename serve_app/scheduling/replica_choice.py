@@ -8,8 +8,8 @@ requests within one, so the policy counts requests by the queue length and lets
 the report only weigh them: each at the mean debt per request its replica last
 reported (a replica of long answers is busier per request). Ranking on the
 report's tokens instead sent every request of a second to the replicas that
-were lightest at the last report (the fleet simulator: goodput 0.78x Serve's
-random pair on 8 H100 at 0.9 load). It offers the lightest two first, so Serve's
+were lightest at the last report (the fleet simulator: worse than Serve's
+random pair). It offers the lightest two first, so Serve's
 probe picks between two good candidates instead of two random ones. A replica that serves nothing more (draining for a
 preemption, its engine lost: it says so in its stats) or that an earlier
 attempt of the request found gone is never offered; with none left, nothing
