@@ -5,8 +5,8 @@ Each replica is a `SimEngine` taking at most `slots` requests at once (Serve's
 and streaming them as the app's replica does (`ModelConfig.stream_interval`).
 Which replica takes an attempt is a `Router`'s choice:
 
-- `LeastLoadedRouter`: the app's own `LeastLoadedPolicy` (in-flight tokens plus
-  queue length) ranks the replicas, and of its first rank the one with fewer
+- `LeastLoadedRouter`: the app's own `LeastLoadedPolicy` (queue length, each
+  request weighed at its replica's reported debt per request) ranks the replicas, and of its first rank the one with fewer
   requests takes it, as Serve's router picks between the two it is offered.
   Each replica's in-flight tokens and requests are its last report, made every
   `request_routing_stats_period_s` of the app's router config (so up to that

@@ -75,8 +75,8 @@ class AnswerOracle:
 
 class SimApp:
     """The batcher over a fleet of `replicas` engines per pool of one model (or so many
-    by pool name), each with
-    `kv_cache_tokens` of KV cache (default: what the config gives a CPU engine here)."""
+    by pool name), each with `kv_cache_tokens` of KV cache (default: what the config
+    gives a CPU engine here)."""
 
     def __init__(self, config: AppConfig, step_time: StepTimeModel, router: Router, replicas: int | dict[str, int] = 1,
                  kv_cache_tokens: int | None = None) -> None:

@@ -9,11 +9,11 @@ the report only weigh them: each at the mean debt per request its replica last
 reported (a replica of long answers is busier per request). Ranking on the
 report's tokens instead sent every request of a second to the replicas that
 were lightest at the last report (the fleet simulator: worse than Serve's
-random pair). It offers the lightest two first, so Serve's
-probe picks between two good candidates instead of two random ones. A replica that serves nothing more (draining for a
-preemption, its engine lost: it says so in its stats) or that an earlier
-attempt of the request found gone is never offered; with none left, nothing
-is, and Serve's router waits for a replica to start.
+random pair). It offers the lightest two first, so Serve's probe picks between
+two good candidates instead of two random ones. A replica that serves nothing
+more (draining for a preemption, its engine lost: it says so in its stats) or
+that an earlier attempt of the request found gone is never offered; with none
+left, nothing is, and Serve's router waits for a replica to start.
 """
 
 from __future__ import annotations
