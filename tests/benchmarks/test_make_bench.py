@@ -4,6 +4,7 @@ so each README figure can be reproduced from one target."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from benchmarks.provenance import REPO
@@ -15,8 +16,10 @@ def recorded_command(path) -> str:
 
 
 def test_make_bench_runs_the_command_every_committed_result_file_records():
-    planned = subprocess.run(["make", "-n", "bench"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.splitlines()
+    # as a top-level make: under `make test` the inherited level would add "Entering directory" lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "bench"], cwd=REPO, env=env,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
     results = sorted((REPO / "benchmarks" / "results").glob("*.json"))
     assert results
     missing = [path.name for path in results if recorded_command(path) not in planned]
