@@ -22,12 +22,15 @@ Capacity is the `fcfs` fleet's closed-loop throughput on the window's requests
 arrivals, time-scaled. Metrics are `vllm bench serve`'s; short requests are
 those whose answer runs at most `SHORT_TOKENS`, grouped by actual length. Each
 run is priced as the fixed fleet on demand (the price book's instance type for
-the GPU) over the output tokens it served.
+the GPU) over the output tokens it served. The file's `factors` give the
+planner (`serve-app plan --measured`) the length factor as simulated here:
+capacity at the SLO of `app` over `fcfs`, with the simulator's calibration error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -48,6 +51,9 @@ from serve_app.cost.prices import load_price_book
 SHORT_TOKENS = 64
 SLO = metrics.Slo(ttft_s=1.0, tpot_s=0.05)
 """Goodput's SLO: first token within a second, then 20 tokens/s or better."""
+SLO_ATTAINMENT = 0.9
+"""A load is served within the SLO when this share of its requests meets it."""
+VALIDATION = REPO / "benchmarks" / "results" / "fleetsim_validation.json"
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "replicas": args.replicas, "capacity_req_per_s": capacity, "loads": loads,
         "trace": {"file": "../shared/traces/splitwise_conv.csv", "window_s": args.window_s, "requests": len(requests)},
         "short_tokens": SHORT_TOKENS, "slo": vars(SLO), "results": results,
+        "factors": length_factor(results, capacity, engine, args.replicas, loads),
     }
     settings = {name: {"length_awareness": "on" if system.length_aware else "off",
                        "replica_choice": system.router.__name__,
@@ -162,6 +169,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     write_json(Path(f"{args.out}.json"), result, settings)
     plot(results, loads, Path(f"{args.out}.png"), f"{args.replicas} x {args.engine} (projected)")
     return result
+
+
+def capacity_at_slo(by_load: dict[str, dict[str, Any]], capacity: float) -> float | None:
+    """The highest offered rate (req/s) among the runs' loads at which `SLO_ATTAINMENT`
+    of the requests met the SLO; None if none did."""
+    met = [float(load) * capacity for load, run in by_load.items()
+           if run["good_requests"] >= SLO_ATTAINMENT * run["requests"]]
+    return max(met, default=None)
+
+
+def length_factor(results: dict[str, dict[str, Any]], capacity: float, engine: PublishedEngine, replicas: int,
+                  loads: list[float]) -> dict[str, Any]:
+    """The planner's `length_scheduling` factor, simulated: capacity at the SLO with
+    length awareness (`app`) over without (`fcfs`, the same fleet and replica choice).
+    Empty where either never met the SLO."""
+    aware, unaware = capacity_at_slo(results["app"], capacity), capacity_at_slo(results["fcfs"], capacity)
+    if not aware or not unaware:
+        return {}
+    validation = json.loads(VALIDATION.read_text())
+    worst = max(abs(row["error"]) for rows in validation["comparison"].values() for row in rows.values())
+    return {"length_scheduling": {
+        "value": round(aware / unaware, 4), "metric": "capacity_at_slo_ratio", "basis": "simulated",
+        "definition": f"the highest of the loads {loads} (shares of the fleet's closed-loop capacity) at which "
+                      f"{SLO_ATTAINMENT:.0%} of requests met TTFT <= {SLO.ttft_s:g} s and TPOT <= {SLO.tpot_s:g} s: "
+                      "the app over the same without length awareness, simulated on the Splitwise trace",
+        "measured_on": f"simulated: {replicas} x {engine.gpu}, step time from {engine.step_time.source}",
+        "hardware": {"kind": "gpu", "model": engine.gpu}, "command": command_line(), "runs": 1,
+        "calibration_error": round(worst, 4),
+        "assumption": f"the GPU step time is the published source's, not validated here; the calibration error is "
+                      f"the simulator's against this machine's CPU engine ({VALIDATION.name})"}}
 
 
 def gpu_hour_price(engine: PublishedEngine) -> dict[str, Any] | None:

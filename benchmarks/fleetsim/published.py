@@ -30,6 +30,7 @@ class PublishedEngine:
     step_time: StepTimeModel
     """With a `source` naming where it comes from."""
     kv_cache_tokens: int
+    gpu: str
     instance_type: str | None = None
     """The AWS instance type this GPU comes in (its on-demand price in the app's
     price book prices the projection); None: not in the price book."""
@@ -40,11 +41,11 @@ def _blis(model: str, gpu: str, beta: tuple[float, float, float], kv_blocks: int
     source = BLIS_SOURCE.format(model=model, gpu=gpu, beta=list(beta))
     step_time = LinearStepTime(base_us=beta[0], per_decode_seq_us=beta[2], per_prefill_token_us=beta[1],
                                per_context_token_us=0.0, source=source)
-    return PublishedEngine(step_time, kv_blocks * 16, instance_type)
+    return PublishedEngine(step_time, kv_blocks * 16, gpu, instance_type)
 
 
 def _roofline(model: DenseModel, gpu: Gpu, instance_type: str) -> PublishedEngine:
-    return PublishedEngine(RooflineStepTime(model, gpu), kv_cache_tokens(model, gpu), instance_type)
+    return PublishedEngine(RooflineStepTime(model, gpu), kv_cache_tokens(model, gpu), gpu.name, instance_type)
 
 
 PUBLISHED = {

@@ -88,10 +88,14 @@ class MeasuredFactor(BaseModel):
     """The command that measured it."""
     runs: int = Field(ge=1)
     """Runs (repeats) the value rests on."""
-    basis: Literal["measured", "derived"] = "measured"
-    """Measured as named, or derived from a measurement under `assumption`."""
+    basis: Literal["measured", "derived", "simulated"] = "measured"
+    """Measured as named; derived from a measurement under `assumption`; or simulated
+    (the fleet simulator on `hardware` it cannot measure, with its `calibration_error`)."""
     assumption: str | None = None
     """What a derived value assumes (required for `derived`)."""
+    calibration_error: float | None = Field(default=None, ge=0)
+    """A simulated value's simulator error against measurement, worst over the
+    metrics its validation compares (0.1: 10%); required for `simulated`."""
     source: str
     """The JSON file it was read from."""
 
@@ -99,6 +103,8 @@ class MeasuredFactor(BaseModel):
     def _derived_says_why(self) -> MeasuredFactor:
         if self.basis == "derived" and not self.assumption:
             raise ValueError("a derived factor states its assumption")
+        if self.basis == "simulated" and self.calibration_error is None:
+            raise ValueError("a simulated factor states its calibration error")
         return self
 
 

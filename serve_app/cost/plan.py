@@ -59,9 +59,10 @@ class PlanFactor:
     """A number a setup uses, and where it came from."""
 
     value: float
-    basis: Literal["measured", "derived", "not measured", "assumed"]
-    """Measured (in a benchmark file); derived (from a measured one, under `assumption`); not measured
-    (a ratio: 1.0, and the setup says so); assumed (an operator input)."""
+    basis: Literal["measured", "derived", "simulated", "not measured", "assumed"]
+    """Measured (in a benchmark file); derived (from a measured one, under `assumption`); simulated
+    (the fleet simulator's, its calibration error in `assumption`); not measured (a ratio: 1.0, and
+    the setup says so); assumed (an operator input)."""
     source: str
     """The benchmark file, or what "not measured" / "assumed" means here."""
     definition: str = ""
@@ -85,8 +86,12 @@ def hardware_warning(measured: Hardware | None, target: HardwareKind, what: str,
 
 
 def from_measurement(name: str, factor: MeasuredFactor, target: HardwareKind, allow: bool) -> PlanFactor:
+    assumption = factor.assumption or ""
+    if factor.basis == "simulated":
+        assumption = (f"the simulator's calibration error, up to {factor.calibration_error:.0%} against measurement"
+                      + (f"; {assumption}" if assumption else ""))
     return PlanFactor(factor.value, factor.basis, factor.source, factor.definition, factor.measured_on,
-                      factor.command, factor.assumption or "", hardware_warning(factor.hardware, target, name, allow))
+                      factor.command, assumption, hardware_warning(factor.hardware, target, name, allow))
 
 
 def plan_factors(baseline: Baseline, measured: Mapping[str, MeasuredFactor], interruptions_per_day: float,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import random
 
-from benchmarks.fleetsim.project import SYSTEMS, main
+from benchmarks.fleetsim.project import SYSTEMS, capacity_at_slo, main
+from serve_app.cost.measured import read_factors
 
 
 def test_a_small_projection_names_its_sources_and_covers_every_system_and_load(tmp_path):
@@ -24,6 +25,11 @@ def test_a_small_projection_names_its_sources_and_covers_every_system_and_load(t
             run = result["results"][system][load]
             assert run["completed"] == 120 and run["failed"] == 0, (system, load, run["failures"])
     assert out.with_suffix(".png").exists()
+    found, unused = read_factors([out.with_suffix(".json")])  # what `serve-app plan --measured` reads
+    assert not unused
+    if "length_scheduling" in found:  # where both systems met the SLO at some load
+        assert found["length_scheduling"].basis == "simulated" and found["length_scheduling"].hardware.kind == "gpu"
+        assert found["length_scheduling"].calibration_error is not None
 
 
 def test_pools_are_sized_by_the_output_tokens_their_bucket_holds():
@@ -37,3 +43,10 @@ def test_pools_are_sized_by_the_output_tokens_their_bucket_holds():
     assert pool_replicas(config, 8, requests) == {"short": 2, "long": 6}
     assert pool_replicas(config, 8, [SimRequest(10, 300, None)]) == {"short": 1, "long": 7}  # never none
     assert pool_replicas(fleet_config(SYSTEMS["app"]), 8, requests) == {"default": 8}
+
+
+def test_capacity_at_the_slo_is_the_highest_load_whose_requests_mostly_met_it():
+    runs = {"0.5": {"requests": 100, "good_requests": 99}, "0.9": {"requests": 100, "good_requests": 90},
+            "1.0": {"requests": 100, "good_requests": 89}}
+    assert capacity_at_slo(runs, capacity=200.0) == 0.9 * 200.0
+    assert capacity_at_slo({"0.5": {"requests": 10, "good_requests": 1}}, capacity=200.0) is None

@@ -133,3 +133,13 @@ def test_a_factor_in_two_files_or_at_0_is_refused_and_one_without_its_descriptio
         read_factors([zero])
     unexplained = write(tmp_path / "e.json", {"factors": {"quantization": factor(1.2, basis="derived")}})
     assert "a derived factor states its assumption" in read_factors([unexplained])[1][0]
+
+
+def test_a_simulated_factor_is_used_only_with_its_calibration_error(tmp_path):
+    simulated = {**factor(1.1, "length_scheduling"), "hardware": {"kind": "gpu", "model": "H100"}, "runs": 1,
+                 "basis": "simulated"}
+    without = write(tmp_path / "a.json", {"factors": {"length_scheduling": simulated}})
+    assert "a simulated factor states its calibration error" in read_factors([without])[1][0]
+    sized = write(tmp_path / "b.json", {"factors": {"length_scheduling": {**simulated, "calibration_error": 0.12}}})
+    found, _ = read_factors([sized])
+    assert found["length_scheduling"].basis == "simulated" and found["length_scheduling"].calibration_error == 0.12

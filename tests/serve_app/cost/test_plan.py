@@ -153,3 +153,16 @@ def test_a_factor_from_other_hardware_is_refused_or_flagged_loudly():
     unknown = plan_factors(baseline(), {}, 0.0, 0.0, 0.0, target="gpu")  # an old file: said, not refused
     assert unknown["baseline_output_tokens_per_s"].warning == (
         "the baseline: hardware not recorded; priced as a gpu instance type")
+
+
+def test_a_simulated_factor_carries_its_calibration_error_into_the_plan():
+    gpu_base = Baseline(100.0, 1.0, 32, 100, 5.0, 9.0, 0.3, None, None, "tp.json:app",
+                        hardware=Hardware(kind="gpu", model="H100"))
+    simulated = MeasuredFactor(value=1.05, metric=FACTORS["length_scheduling"].metric, definition="d",
+                               measured_on="simulated: 8 x H100", hardware=Hardware(kind="gpu", model="H100"),
+                               command="c", runs=1, basis="simulated", calibration_error=0.123,
+                               assumption="the GPU step time is published", source="fleetsim_routing.json")
+    factor = plan_factors(gpu_base, {"length_scheduling": simulated}, 0.0, 0.0, 0.0, target="gpu")["length_scheduling"]
+    assert factor.basis == "simulated" and factor.value == 1.05 and factor.warning == ""
+    assert factor.assumption == ("the simulator's calibration error, up to 12% against measurement; "
+                                 "the GPU step time is published")
