@@ -47,10 +47,14 @@ class DenseModel:
     def kv_bytes_per_token(self) -> float:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_param
 
+    @property
+    def attention_params(self) -> int:
+        """One layer's query, key, value and output projections."""
+        return self.hidden * (self.hidden + 2 * self.kv_heads * self.head_dim) + self.hidden**2
+
     def parameters(self) -> float:
         """Every weight, as BLIS sizes them for KV capacity: three MLP matrices, untied embeddings."""
-        attention = self.hidden * (self.hidden + 2 * self.kv_heads * self.head_dim) + self.hidden**2
-        return self.layers * (attention + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden
+        return self.layers * (self.attention_params + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden
 
 
 @dataclass(frozen=True)
@@ -85,16 +89,15 @@ class RooflineStepTime:
 
     def step_s(self, shape: StepShape) -> float:
         m = self.model
-        kv_width = m.kv_heads * m.head_dim
-        per_token_flops = m.layers * (2 * (m.hidden**2 + 2 * m.hidden * kv_width) + 2 * m.hidden**2
-                                      + 2 * m.hidden + 4 * m.hidden * m.intermediate)
+        # the projections' and two MLP matrices' multiply-adds, and rope
+        per_token_flops = m.layers * (2 * m.attention_params + 2 * m.hidden + 4 * m.hidden * m.intermediate)
         per_pair_flops = m.layers * (4 * m.heads * m.head_dim + 5 * m.heads)
         peak = self.gpu.tflops_bf16 * 1e12
         compute_s = ((shape.prefill_tokens * per_token_flops + shape.prefill_pairs * per_pair_flops)
                      / (peak * self.gpu.mfu_prefill)
                      + (shape.decode_seqs * per_token_flops + shape.context_tokens * per_pair_flops)
                      / (peak * self.gpu.mfu_decode))
-        weights = m.layers * (m.hidden * (m.hidden + 2 * kv_width) + m.hidden**2 + 2 * m.hidden * m.intermediate)
+        weights = m.layers * (m.attention_params + 2 * m.hidden * m.intermediate)
         new_tokens = shape.prefill_tokens + shape.decode_seqs
         moved = (weights * m.bytes_per_param + m.kv_bytes_per_token * (new_tokens + shape.context_tokens)
                  + m.layers * m.hidden * m.bytes_per_param * new_tokens)
