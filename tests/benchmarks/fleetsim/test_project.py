@@ -27,9 +27,8 @@ def test_a_small_projection_names_its_sources_and_covers_every_system_and_load(t
     assert out.with_suffix(".png").exists()
     found, unused = read_factors([out.with_suffix(".json")])  # what `serve-app plan --measured` reads
     assert not unused
-    if "length_scheduling" in found:  # where both systems met the SLO at some load
-        assert found["length_scheduling"].basis == "simulated" and found["length_scheduling"].hardware.kind == "gpu"
-        assert found["length_scheduling"].calibration_error is not None
+    assert found["length_scheduling"].basis == "simulated" and found["length_scheduling"].hardware.kind == "gpu"
+    assert found["length_scheduling"].calibration_error is not None
 
 
 def test_pools_are_sized_by_the_output_tokens_their_bucket_holds():
