@@ -3,10 +3,15 @@ same app with it off (configs/local-nobuckets.yaml, tests/e2e_nobuckets): long
 requests saturate the pool's slots and queue, and short ones arrive behind them.
 
 With length awareness the short ones take a reserve of slots sized from their own
-measured demand and go ahead of the queued long ones, so they answer in about their
-own service time. Without it they wait, first come first served, until a long one
-ends. Both packages judge the run with `shorts_skip_the_queue`, expecting opposite
-answers: the check is seen to fail where the scheduling it names is absent.
+measured demand and go ahead of the queued long ones, so every one answers while
+the long ones still hold their slots. Without it they wait, first come first
+served, until a long one ends (or their queue time runs out). Both packages judge
+the run with `shorts_skip_the_queue`, expecting opposite answers: the check is seen
+to fail where the scheduling it names is absent.
+
+The verdict rests on the order of events, not on how fast this machine is: the long
+requests run far longer than the run and are cancelled at its end, so neither a
+slow start nor a slow machine can let one end before the short ones are judged.
 """
 
 from __future__ import annotations
@@ -24,133 +29,190 @@ SLOTS = 32
 """The shipped configs' `max_num_seqs`: one engine, one pool."""
 LONGS = SLOTS + 8
 """More long requests than slots, so some queue whatever the scheduler."""
-LONG_TOKENS, SHORT_TOKENS = 256, 16
-"""Long enough that no long request ends before the rest reach the pool, however
-slowly a loaded machine's proxy lets them in (a CI run saw 192-token ones end first)."""
-DEMAND_TOKENS = 32
-"""The first wave's length: long enough that its requests overlap in the pool
-however slowly they reach it."""
+LONG_TOKENS = 1024
+"""Far longer than the run (about a minute at the least on this machine): the long
+requests are cancelled once the short ones are judged, so none ends before the
+pool saturates, however slowly a loaded machine lets them in (CI runs saw 192- and
+256-token ones end first). All of them fit the shipped 1 GiB KV cache."""
+SHORT_TOKENS = 16
+DEMAND_TOKENS = 96
+"""The demand waves' length: long enough that a wave's requests overlap in the pool
+however slowly they reach it (a CI run saw 32-token ones not overlap), and under
+the long edge (128 tokens), so they count as short."""
+DEMAND_WAVES = 4
+"""Demand waves sent at most until the reserve holds a whole wave (one whose
+requests reached the pool spread out measures less)."""
 SHORT_WAVES, WAVE = 4, 6
 SAMPLE_EVERY_S = 0.5
+DRAIN_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
 class SaturatedRun:
     shorts: list[float]
-    """Seconds of each short request that arrived after the long ones, sorted."""
-    longs: list[float]
-    """Seconds of each long request, sorted."""
+    """Seconds of each short request sent once the pool saturated and answered
+    before any long request ended, sorted."""
+    sent: int
+    """Short requests sent once the pool saturated."""
+    first_long_end_s: float | None
+    """From sending the long requests until the first ended by itself; None: every
+    one still ran (or waited) when the run cancelled them."""
     pool: list[dict]
-    """The pool's `/stats` every `SAMPLE_EVERY_S` from the first long request to the last short one."""
+    """The pool's `/stats` every `SAMPLE_EVERY_S` from the first long request to the
+    last short one, each with when it was asked (`at_s`) and how long it took
+    (`took_s`); a poll that failed holds only those and its `error`."""
     saturated_after_s: float
     """From sending the long requests until the pool showed some of them queueing."""
 
     @property
-    def short_p50(self) -> float:
-        return self.shorts[len(self.shorts) // 2]
-
-    @property
-    def short_p95(self) -> float:
-        return self.shorts[-2]
-
-    @property
-    def long_p50(self) -> float:
-        return self.longs[len(self.longs) // 2]
+    def pool_states(self) -> list[dict]:
+        """The polls that answered."""
+        return [sample for sample in self.pool if "error" not in sample]
 
     def describe(self) -> str:
-        seen = [(p["in_flight"], p["long_in_flight"], p["waiting"], p["long_cap"]) for p in self.pool]
-        return (f"short p50 {self.short_p50:.2f}s p95 {self.short_p95:.2f}s max {self.shorts[-1]:.2f}s; "
-                f"long p50 {self.long_p50:.1f}s min {self.longs[0]:.1f}s; saturated after "
-                f"{self.saturated_after_s:.1f}s; pool (in flight, long, waiting, long cap) "
-                f"every {SAMPLE_EVERY_S} s: {seen}")
+        def quantile(q: float) -> str:
+            return f"{self.shorts[min(len(self.shorts) - 1, int(q * len(self.shorts)))]:.2f}s" if self.shorts else "-"
+
+        seen = [(round(p["at_s"], 1), round(p["took_s"], 2),
+                 p.get("error") or (p["in_flight"], p["long_in_flight"], p["waiting"], p["long_cap"]))
+                for p in self.pool]
+        ended = "none" if self.first_long_end_s is None else f"after {self.first_long_end_s:.1f}s"
+        return (f"{len(self.shorts)} of {self.sent} short requests answered before a long one ended "
+                f"(p50 {quantile(0.5)}, max {quantile(1.0)}); first long one ended: {ended}; saturated after "
+                f"{self.saturated_after_s:.1f}s; pool (asked at, took, (in flight, long, waiting, long cap)): {seen}")
 
 
 def shorts_skip_the_queue(run: SaturatedRun) -> bool:
-    """Short requests answered in a fraction of a long one's time although long ones
-    held the slots and queued: they neither waited for a slot nor behind the queue."""
-    return run.short_p95 < run.long_p50 / 4 and run.shorts[-1] < run.long_p50
+    """Every short request answered while the long ones held their slots and queued:
+    none waited for a long request to end."""
+    return run.sent > 0 and len(run.shorts) == run.sent
 
 
 def pool_stats(base_url: str) -> dict:
-    return httpx.get(base_url.removesuffix("/v1") + "/stats", timeout=30).json()["pools"][POOL]
+    return httpx.get(base_url.removesuffix("/v1") + "/stats", timeout=60).json()["pools"][POOL]
 
 
-async def _timed(coro) -> float:
+async def _timed(coro) -> tuple[float, float]:
+    """(seconds it took, when it ended on `time.perf_counter`)."""
     start = time.perf_counter()
     await coro
-    return time.perf_counter() - start
+    end = time.perf_counter()
+    return end - start, end
 
 
 def run_saturated(base_url: str, reserve: bool) -> SaturatedRun:
-    """A wave of short requests (their demand, which sizes the reserve where the app
-    keeps one: `reserve`), then `LONGS` long requests at once, then `SHORT_WAVES` waves
-    of short ones once the pool shows long ones queueing. Every request is greedy with `ignore_eos`, its length its `max_tokens`.
+    """Waves of short requests (their demand, which sizes the reserve where the app
+    keeps one: `reserve`), then `LONGS` long requests at once, then `SHORT_WAVES`
+    waves of short ones once the pool shows long ones queueing, each wave until it
+    is answered or a long request ends. Every request is greedy with `ignore_eos`,
+    its length its `max_tokens`. The long requests are then cancelled, and the run
+    returns once the pool is idle again.
 
     Where the app keeps a reserve, short waves go on arriving while the long requests
     do, as on mixed traffic: the reserve lapses `SHORT_DEMAND_WINDOW_S` after the last
     short arrival, and a loaded machine may take longer than that to let every long
     request in. Without a reserve they would only queue, so none are sent then."""
     samples: list[dict] = []
+    start = time.perf_counter()
 
     async def sample() -> None:
         while True:
-            samples.append(await asyncio.to_thread(pool_stats, base_url))
+            asked = time.perf_counter()
+            try:
+                stats = await asyncio.to_thread(pool_stats, base_url)
+            except Exception as exc:  # a slow or failed poll is shown, not fatal
+                stats = {"error": repr(exc)}
+            samples.append({**stats, "at_s": asked - start, "took_s": time.perf_counter() - asked})
             await asyncio.sleep(SAMPLE_EVERY_S)
 
-    async def run() -> tuple[list[float], list[float], float]:
+    async def run() -> SaturatedRun:
+        nonlocal start
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
 
-        def ask(n: int, max_tokens: int):
-            return client.completions.create(
-                model=MODEL, prompt=f"Story {n}:", max_tokens=max_tokens, extra_body={"ignore_eos": True})
+        def ask(n: int, max_tokens: int) -> asyncio.Task:
+            return asyncio.create_task(_timed(client.completions.create(
+                model=MODEL, prompt=f"Story {n}:", max_tokens=max_tokens, extra_body={"ignore_eos": True})))
 
-        def wave(first: int, max_tokens: int = SHORT_TOKENS):
-            return asyncio.gather(*(_timed(ask(n, max_tokens)) for n in range(first, first + WAVE)))
+        def wave(first: int, max_tokens: int = SHORT_TOKENS) -> list[asyncio.Task]:
+            return [ask(n, max_tokens) for n in range(first, first + WAVE)]
 
-        await wave(0, DEMAND_TOKENS)
-        cap = (await asyncio.to_thread(pool_stats, base_url))["long_cap"]
-        assert not reserve or cap <= SLOTS - (WAVE - 1), (
-            f"the first wave of {WAVE} short requests left long ones {cap} of {SLOTS} slots: "
-            "its requests did not overlap in the pool")
+        waves = 0
+        while True:
+            waves += 1
+            took = [round(seconds, 2) for seconds, _ in await asyncio.gather(*wave(0, DEMAND_TOKENS))]
+            cap = (await asyncio.to_thread(pool_stats, base_url))["long_cap"]
+            if not reserve or cap <= SLOTS - WAVE or waves == DEMAND_WAVES:
+                break
+        assert not reserve or cap <= SLOTS - WAVE, (
+            f"{waves} waves of {WAVE} short requests (the last took {took} s) left long ones {cap} of "
+            f"{SLOTS} slots: their requests did not overlap in the pool")
         saturated = asyncio.Event()
 
         async def keep_short_demand() -> None:
             while not saturated.is_set():
-                await wave(0)
+                await asyncio.gather(*wave(0))
 
         keeper = asyncio.create_task(keep_short_demand()) if reserve else None
-        sampler = asyncio.create_task(sample())
         start = time.perf_counter()
-        longs = [asyncio.create_task(_timed(ask(n, LONG_TOKENS))) for n in range(LONGS)]
+        sampler = asyncio.create_task(sample())
+        longs = [ask(n, LONG_TOKENS) for n in range(LONGS)]
         # A request waits only once long ones hold every slot they may (their cap, or all).
-        await _until(lambda: bool(samples) and samples[-1]["waiting"] > 0, longs,
-                     "long requests queued behind the slots they may hold")
+        await _until(lambda: bool(samples) and samples[-1].get("waiting", 0) > 0,
+                     "long requests queued behind the slots they may hold", longs, samples)
         saturated_after_s = time.perf_counter() - start
         saturated.set()
         if keeper is not None:
             await keeper
-        shorts = []
+        shorts: list[asyncio.Task] = []
         for n in range(SHORT_WAVES):
-            shorts += await wave(n * WAVE)
+            shorts += wave(n * WAVE)
+            # Until the wave is answered, or refused, or a long request ends.
+            await asyncio.wait([asyncio.gather(*shorts, return_exceptions=True), *longs],
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not all(task.done() and not task.exception() for task in shorts) or any(t.done() for t in longs):
+                break
+        # The state the waves left, read before the reserve lapses after them.
+        samples.append({**await asyncio.to_thread(pool_stats, base_url),
+                        "at_s": time.perf_counter() - start, "took_s": 0.0})
         sampler.cancel()
-        # The sampler's polls share a busy machine (a CI run got one in 35 s): the state the
-        # waves left is read once more, before the reserve lapses after them.
-        samples.append(await asyncio.to_thread(pool_stats, base_url))
-        return sorted(shorts), sorted(await asyncio.gather(*longs)), saturated_after_s
+        first_long_end = min((_ended_at(task) for task in longs if _ended_at(task) is not None), default=None)
+        answered = [task.result()[0] for task in shorts if _ended_at(task) is not None
+                    and (first_long_end is None or _ended_at(task) < first_long_end)]
+        for task in [*longs, *shorts]:
+            task.cancel()
+        await asyncio.gather(*longs, *shorts, return_exceptions=True)
+        await _until(lambda: _idle(base_url), "the pool idle once the run's requests were cancelled",
+                     timeout_s=DRAIN_TIMEOUT_S)
+        return SaturatedRun(sorted(answered), len(shorts),
+                            None if first_long_end is None else first_long_end - start, samples, saturated_after_s)
 
-    shorts, longs, saturated_after_s = asyncio.run(run())
-    return SaturatedRun(shorts, longs, samples, saturated_after_s)
+    return asyncio.run(run())
 
 
-async def _until(condition, running: list[asyncio.Task], what: str, timeout_s: float = 120) -> None:
-    """Until `condition()` holds, checked every 0.1 s. Fails at once, naming how,
-    if one of `running` ends first, and if that never comes within `timeout_s`."""
+def _ended_at(task: asyncio.Task) -> float | None:
+    """When a `_timed` request ended with an answer; None while it runs, or if it failed."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()[1]
+
+
+def _idle(base_url: str) -> bool:
+    pool = pool_stats(base_url)
+    return pool["in_flight"] == 0 and pool["waiting"] == 0
+
+
+async def _until(condition, what: str, running: list[asyncio.Task] = (), samples: list[dict] = (),
+                 timeout_s: float = 120) -> None:
+    """Until `condition()` holds, checked every 0.1 s. Fails at once, naming how and
+    with the last of `samples`, if one of `running` ends first, and if that never
+    comes within `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         ended = [task for task in running if task.done()]
+        last = f"; last pool samples: {list(samples)[-3:]}" if samples else ""
         assert not ended, (f"{len(ended)} requests ended before {what}, the first "
-                           f"{ended[0].exception() or 'with an answer'}")
+                           f"{ended[0].exception() or 'with an answer'}{last}")
         if condition():
             return
-        assert time.monotonic() < deadline, f"not {what} within {timeout_s:g}s"
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s:g}s{last}"
         await asyncio.sleep(0.1)

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.e2e
 def test_without_length_awareness_short_answers_wait_behind_long_ones(nobuckets_app):
     run = run_saturated(nobuckets_app, reserve=False)
     print(f"\n[e2e] length awareness off: {run.describe()}")
-    assert max(pool["waiting"] for pool in run.pool) > 0  # the same saturation as the length-aware run
-    assert all(pool["long_cap"] == SLOTS for pool in run.pool)  # no reserve: long requests may take every slot
+    states = run.pool_states
+    assert max(pool["waiting"] for pool in states) > 0  # the same saturation as the length-aware run
+    assert all(pool["long_cap"] == SLOTS for pool in states)  # no reserve: long requests may take every slot
     assert not shorts_skip_the_queue(run)
