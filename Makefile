@@ -45,3 +45,4 @@ bench-fleet: setup
 	$(PY) -m benchmarks.fleetsim.validate
 	$(PY) -m benchmarks.fleetsim.project
 	$(PY) -m benchmarks.fleetsim.project --engine llama-3.1-8b-l40s --out benchmarks/results/fleetsim_routing_l40s
+	$(PY) -m benchmarks.fleetsim.spot_project

@@ -23,7 +23,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.report import fmt, fmt_spread  # noqa: E402
+from benchmarks.fleetsim.render import (  # noqa: E402
+    routing_rows,
+    routing_table,
+    spot_rows,
+    spot_table,
+    validation_rows,
+    validation_table,
+)
+from benchmarks.report import fmt, fmt_spread, where  # noqa: E402
 from benchmarks.settings import settings_table  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -40,20 +48,6 @@ PREDICTOR_FIGURES = {"bucket_accuracy": "bucket accuracy", "short_recall": "shor
 def load_results(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
     """Every result file, by its path relative to the repository, in name order."""
     return {str(path.relative_to(REPO)): json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
-
-
-def commit_of(data: Mapping[str, Any]) -> str:
-    """`abcdef1234` (`-dirty` when the tree had uncommitted changes), or a note that it is not traceable."""
-    prov = data.get("provenance") or {}
-    git = prov.get("git") or prov  # benchmarks/provenance.py's block, or a flat `commit`/`dirty`
-    if not git.get("commit"):
-        return "no commit recorded (not traceable)"
-    return f"`{git['commit'][:10]}`" + ("-dirty" if git.get("dirty") else "")
-
-
-def where(path: str, data: Mapping[str, Any]) -> str:
-    cpu = (data.get("provenance") or {}).get("cpu") or {}
-    return f"[{Path(path).name}]({path}), {commit_of(data)}, {cpu.get('model', 'CPU not recorded')}"
 
 
 def throughput_rows(path: str, data: Mapping[str, Any]) -> list[str]:
@@ -104,62 +98,6 @@ def step_profile_rows(path: str, data: Mapping[str, Any]) -> list[str]:
             f"({fmt(e['p90_abs_pct'])}%) | {e['steps']} steps | {at} |" for sweep, e in data["fit_error"].items()]
 
 
-def validation_rows(path: str, data: Mapping[str, Any]) -> list[str]:
-    """Per system, the simulator's worst error within each target (10% on tok/s and p50s, 20% on p99s)."""
-    rows, at = [], where(path, data)
-    for system, checks in data["comparison"].items():
-        for limit in sorted({c["target"] for c in checks.values()}):
-            judged = {name: c for name, c in checks.items() if c["target"] == limit}
-            name, worst = max(judged.items(), key=lambda item: abs(item[1]["error"]))
-            verdict = "within" if all(c["pass"] for c in judged.values()) else "MISSES"
-            rows.append(f"| simulator against measured, {system}: worst of {', '.join(judged)} | "
-                        f"{name} {worst['error']:+.1%} ({verdict} {limit:.0%}) | one replay | {at} |")
-    return rows
-
-
-def validation_table(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
-    rows = ["| system | metric | measured (median) | simulated | error | target |", "|---|---|---|---|---|---|"]
-    rows += [f"| `{system}` | {name} | {fmt(c['measured'])} | {fmt(c['simulated'])} | {c['error']:+.1%} | "
-             f"{'within' if c['pass'] else 'MISSES'} {c['target']:.0%} |"
-             for system, checks in comparison.items() for name, c in checks.items()]
-    return "\n".join(rows)
-
-
-def routing_rows(path: str, data: Mapping[str, Any]) -> list[str]:
-    """Per load, the app's short-request E2E p99 and goodput over Serve's defaults' (projected)."""
-    app, serve = data["results"]["app"], data["results"]["serve-default"]
-    fleet, at = f"{data['replicas']} x {data['engine']['name']}", where(path, data)
-    rows = []
-    for load in data["loads"]:
-        mine, theirs = app[str(load)], serve[str(load)]
-        short = mine["short_e2el_s"]["p99"] / theirs["short_e2el_s"]["p99"]
-        goodput = mine["goodput"] / theirs["goodput"] if theirs["goodput"] else None
-        rows.append(f"| PROJECTED routing, {fleet} at {load} load: short E2E p99, goodput app/serve-default | "
-                    f"{fmt(short)}, {fmt(goodput)} | one simulated run | {at} |")
-    return rows
-
-
-def routing_table(data: Mapping[str, Any]) -> str:
-    rows = ["| load | system | output tok/s | TTFT p50 / p99 (s) | E2E p50 / p99 (s) | short E2E p99 (s) | goodput (req/s) "
-            "| USD / 1M output tokens |", "|---|---|---|---|---|---|---|---|"]
-    rows += [f"| {load} | `{system}` | {fmt(r['output_throughput'])} | {fmt(r['ttft_s']['p50'])} / {fmt(r['ttft_s']['p99'])} "
-             f"| {fmt(r['e2el_s']['p50'])} / {fmt(r['e2el_s']['p99'])} | {fmt(r['short_e2el_s']['p99'])} "
-             f"| {fmt(r['goodput'])} | {fmt(r.get('usd_per_1m_output_tokens'))} |"
-             for load in data["loads"] for system, by_load in data["results"].items() for r in [by_load[str(load)]]]
-    source = data["engine"]["step_time"]["source"]
-    price = data.get("price")
-    priced = (f"; priced at {fmt(price['usd_per_gpu_hour'])} USD per GPU-hour ({price['instance_type']} on demand, "
-              f"{price['region']}, {price['as_of']}: {price['source']})" if price else "")
-    table = (f"Projected, not measured: {data['replicas']} replicas, capacity {fmt(data['capacity_req_per_s'])} req/s; "
-             f"step time from {source}{priced}.\n\n" + "\n".join(rows))
-    if not data.get("h100_trained_vs_roofline"):
-        return table
-    check = ["| H100 step | BLIS trained (ms) | BLIS roofline (ms) | roofline / trained |", "|---|---|---|---|"]
-    check += [f"| {shape} | {fmt(c['trained_ms'])} | {fmt(c['roofline_ms'])} | {fmt(c['roofline_over_trained'])} |"
-              for shape, c in data["h100_trained_vs_roofline"].items()]
-    return table + "\n\n" + "\n".join(check)
-
-
 SHAREGPT_FIGURES = {"short_e2el_p99_s": "short E2EL p99", "long_e2el_p50_s": "long E2EL p50",
                     "output_tok_s": "output tok/s", "capacity_req_s": "capacity"}
 """The live ShareGPT benchmark's ratios the README's summary shows."""
@@ -189,7 +127,7 @@ ROWS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
     "throughput": throughput_rows, "mixed_workload": mixed_rows,
     "predictor_sharegpt": predictor_rows, "predictor_smollm2": predictor_rows,
     "step_profile": step_profile_rows, "fleetsim_validation": validation_rows, "fleetsim_routing": routing_rows,
-    "sharegpt_serve": sharegpt_rows}
+    "fleetsim_spot": spot_rows, "sharegpt_serve": sharegpt_rows}
 """Summary rows per benchmark kind (`benchmark` in the file)."""
 
 
@@ -226,6 +164,8 @@ def full(results: Mapping[str, Mapping[str, Any]]) -> str:
             parts.append(validation_table(data["comparison"]))
         if data.get("benchmark") == "fleetsim_routing":
             parts.append(routing_table(data))
+        if data.get("benchmark") == "fleetsim_spot":
+            parts.append(spot_table(data))
         if data.get("benchmark") == "sharegpt_serve":
             parts.append(sharegpt_table(data["results"]))
         if prov.get("systems"):

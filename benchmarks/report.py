@@ -100,3 +100,17 @@ def print_targets(targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Non
         for name, t in checks.items():
             verdict = {True: "PASS", False: "FAIL", None: "n/a "}[t["pass"]]
             print(f"  {verdict} {system}: {name}: {fmt(t['value'])} {t['op']} {t['threshold']} ({t['what']})")
+
+
+def commit_of(data: Mapping[str, Any]) -> str:
+    """`abcdef1234` (`-dirty` when the tree had uncommitted changes), or a note that it is not traceable."""
+    prov = data.get("provenance") or {}
+    git = prov.get("git") or prov  # benchmarks/provenance.py's block, or a flat `commit`/`dirty`
+    if not git.get("commit"):
+        return "no commit recorded (not traceable)"
+    return f"`{git['commit'][:10]}`" + ("-dirty" if git.get("dirty") else "")
+
+
+def where(path: str, data: Mapping[str, Any]) -> str:
+    cpu = (data.get("provenance") or {}).get("cpu") or {}
+    return f"[{Path(path).name}]({path}), {commit_of(data)}, {cpu.get('model', 'CPU not recorded')}"

@@ -8,7 +8,8 @@ block by block; when a running request needs a block and none is free, the
 lowest-priority running request (the latest, at equal priority) is preempted
 and recomputed later from its prompt plus the output it has. The step takes
 what the `StepTimeModel` says; a request whose prompt is computed gets one new
-token at the end of every step. Prefix caching is not modelled.
+token at the end of every step. Prefix caching is not modelled. A killed
+engine (its node gone) ends every request it holds with `EngineLost`.
 
 What a request will answer is not the engine's to know: `natural_tokens` (the
 workload's oracle) says how long the served model's answer runs, and the
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from benchmarks.fleetsim.step_time import StepShape, StepTimeModel
 from serve_app.config import EngineConfig
-from serve_app.engine.base import GenerationChunk, GenerationRequest, attempt_budget
+from serve_app.engine.base import EngineLost, GenerationChunk, GenerationRequest, attempt_budget
 from serve_app.engine.cpu_dtype import cpu_flags, resolve_cpu_dtype
 
 
@@ -73,6 +74,10 @@ def cpu_kv_cache_tokens(engine: EngineConfig) -> int:
     dtype = resolve_cpu_dtype(engine.dtype, cpu_flags()).dtype
     per_token = 2 * checkpoint["num_hidden_layers"] * kv_heads * head_dim * DTYPE_BYTES[dtype]
     return engine.cpu_kv_cache_gib * 2**30 // per_token
+
+
+_LOST = object()
+"""Put in a request's chunk queue when its engine is killed."""
 
 
 @dataclass(eq=False)
@@ -120,6 +125,8 @@ class SimEngine:
         self._loop_task: asyncio.Task | None = None
         self.steps = 0
         self.preemptions = 0
+        self.prefill_tokens = self.decode_tokens = 0
+        """Tokens computed, prompt (and recomputed) ones and decoded ones."""
 
     def in_flight_tokens(self) -> int:
         """The routing load the app's replica reports (`LLMServer.record_routing_stats`):
@@ -135,6 +142,12 @@ class SimEngine:
         if self._loop_task is not None:
             self._loop_task.cancel()
 
+    def kill(self) -> None:
+        """The node is gone: the engine stops, and every request it holds ends with `EngineLost`."""
+        self.stop()
+        for sequence in [*self._running, *(s for _, s in self._waiting)]:
+            sequence.chunks.put_nowait(_LOST)
+
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Output as the modelled engine makes it; an `EngineRequestError` for a
         request that does not fit the context (`attempt_budget`, the app's rule)."""
@@ -149,6 +162,8 @@ class SimEngine:
         try:
             while True:
                 chunk = await sequence.chunks.get()
+                if chunk is _LOST:
+                    raise EngineLost("the engine's node is gone")
                 yield chunk
                 if chunk.finish_reason is not None:
                     return
@@ -237,6 +252,8 @@ class SimEngine:
             seconds = self._step_time.step_s(shape)
             await asyncio.sleep(seconds)
             self.steps += 1
+            self.prefill_tokens += shape.prefill_tokens
+            self.decode_tokens += shape.decode_seqs
             for sequence, new in scheduled.items():
                 if sequence not in self._running:
                     continue  # its client left during the step

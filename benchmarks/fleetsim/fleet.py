@@ -14,8 +14,12 @@ Which replica takes an attempt is a `Router`'s choice:
 - `PowerOfTwoRouter`: Serve's default, two replicas drawn at random, the one
   with fewer requests.
 
-Whoever adds or removes replicas tells the batcher the pool's `slots`, as the
-ingress does from Serve's replica counts.
+A replica under a Spot notice may be `draining` (the app's rule: no new
+request goes to it, and its slots leave the pool's); a removed one's node is
+gone, and every stream on it ends with the app's "replica lost" error, which
+the batcher resumes or re-sends. Whoever adds or removes replicas, or drains
+one, tells the batcher the pool's `slots`, as the ingress does from Serve's
+replica counts.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from typing import Protocol
 
 from benchmarks.fleetsim.engine import SimEngine
 from serve_app.config import ModelConfig, Priority
-from serve_app.engine.base import EngineError, EngineRequestError, GenerationChunk, GenerationRequest
+from serve_app.engine.base import (
+    REPLICA_ENGINE_LOST,
+    EngineError,
+    EngineLost,
+    EngineRequestError,
+    GenerationChunk,
+    GenerationRequest,
+)
 from serve_app.scheduling.errors import ReplicaUnavailable
 from serve_app.scheduling.replica_choice import LeastLoadedPolicy, ReplicaLoad
 from serve_app.topology import REQUEST_ROUTER_CONFIG
@@ -45,10 +56,12 @@ class SimReplica:
     stream_interval: Callable[[int], int]
     """Tokens per chunk for a request that finds `ongoing` running (`ModelConfig.stream_interval`)."""
     ongoing: int = 0
+    draining: bool = False
+    """Under a Spot notice, drained: it finishes what it holds and takes nothing new."""
 
     @property
     def has_room(self) -> bool:
-        return self.ongoing < self.slots
+        return not self.draining and self.ongoing < self.slots
 
 
 class Router(Protocol):
@@ -100,6 +113,8 @@ class SimFleet:
         self._router = router
         self._pools: dict[tuple[str, str], list[SimReplica]] = {}
         self._names = itertools.count()
+        self.engines: list[SimEngine] = []
+        """Every engine the fleet ran, removed replicas' included."""
 
     def replicas(self, model: str, pool: str) -> list[SimReplica]:
         return self._pools.get((model, pool), [])
@@ -107,12 +122,20 @@ class SimFleet:
     def add_replica(self, model: ModelConfig, pool: str, engine: SimEngine, slots: int) -> SimReplica:
         replica = SimReplica(f"{model.name}/{pool}#{next(self._names)}", engine, slots, model.stream_interval)
         engine.start()
+        self.engines.append(engine)
         self._pools.setdefault((model.name, pool), []).append(replica)
         return replica
 
+    def remove_replica(self, replica: SimReplica) -> None:
+        """The replica's node is gone: its engine stops mid-step, its requests see it lost."""
+        for replicas in self._pools.values():
+            if replica in replicas:
+                replicas.remove(replica)
+        replica.engine.kill()
+
     def slots(self, model: str, pool: str) -> int:
-        """Requests the pool's replicas take at once."""
-        return sum(replica.slots for replica in self.replicas(model, pool))
+        """Requests the pool's replicas that are not draining take at once."""
+        return sum(replica.slots for replica in self.replicas(model, pool) if not replica.draining)
 
     def has_replicas(self, model: str, pool: str) -> bool:
         return bool(self.replicas(model, pool))
@@ -131,5 +154,7 @@ class SimFleet:
                     yield chunk
         except EngineRequestError as exc:  # as the app's replica answers it
             yield exc.error
+        except EngineLost as exc:  # as the app's pool client reports a dead replica
+            yield EngineError(str(exc), status=503, code=REPLICA_ENGINE_LOST, replica=replica.name)
         finally:
             replica.ongoing -= 1

@@ -187,8 +187,6 @@ def length_factor(results: dict[str, dict[str, Any]], capacity: float, engine: P
     aware, unaware = capacity_at_slo(results["app"], capacity), capacity_at_slo(results["fcfs"], capacity)
     if not aware or not unaware:
         return {}
-    validation = json.loads(VALIDATION.read_text())
-    worst = max(abs(row["error"]) for rows in validation["comparison"].values() for row in rows.values())
     return {"length_scheduling": {
         "value": round(aware / unaware, 4), "metric": "capacity_at_slo_ratio", "basis": "simulated",
         "definition": f"the highest of the loads {loads} (shares of the fleet's closed-loop capacity) at which "
@@ -196,9 +194,16 @@ def length_factor(results: dict[str, dict[str, Any]], capacity: float, engine: P
                       "the app over the same without length awareness, simulated on the Splitwise trace",
         "measured_on": f"simulated: {replicas} x {engine.gpu}, step time from {engine.step_time.source}",
         "hardware": {"kind": "gpu", "model": engine.gpu}, "command": command_line(), "runs": 1,
-        "calibration_error": round(worst, 4),
+        "calibration_error": calibration_error(),
         "assumption": f"the GPU step time is the published source's, not validated here; the calibration error is "
                       f"the simulator's against this machine's CPU engine ({VALIDATION.name})"}}
+
+
+def calibration_error() -> float:
+    """The simulator's worst error against this machine's engine, over every metric
+    and load its validation compares (`VALIDATION`)."""
+    validation = json.loads(VALIDATION.read_text())
+    return round(max(abs(row["error"]) for rows in validation["comparison"].values() for row in rows.values()), 4)
 
 
 def gpu_hour_price(engine: PublishedEngine) -> dict[str, Any] | None:

@@ -14,10 +14,11 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from benchmarks import metrics
 from benchmarks.fleetsim.engine import EngineShape, SimEngine, cpu_kv_cache_tokens
-from benchmarks.fleetsim.fleet import Router, SimFleet
+from benchmarks.fleetsim.fleet import Router, SimFleet, SimReplica
 from benchmarks.fleetsim.step_time import StepTimeModel
 from serve_app.config import AppConfig, EngineConfig, Priority
 from serve_app.engine.base import EngineError, GenerationChunk, GenerationRequest
@@ -44,6 +45,8 @@ class SimRequest:
     kind: str = "all"
     arrival_s: float = 0.0
     """When an open-loop run sends it."""
+    seed: int | None = None
+    """A seeded request, which no other engine continues exactly (not resumable)."""
 
 
 class _Unobserved:
@@ -85,13 +88,24 @@ class SimApp:
         self.batcher = LengthBucketBatcher(config, client=self.fleet, observer=_Unobserved(),
                                            clock=asyncio.get_running_loop().time)
         self._oracle = AnswerOracle()
+        self._step_time, self._kv_cache_tokens = step_time, kv_cache_tokens
         for pool in self.model.pools:
-            engine = self.model.pool_engine(pool)
-            slots = min(self.model.pool_deployment(pool).max_ongoing_requests, engine.max_num_seqs)
             for _ in range(replicas if isinstance(replicas, int) else replicas[pool.name]):
-                shape = engine_shape(engine, kv_cache_tokens)
-                self.fleet.add_replica(self.model, pool.name, SimEngine(shape, step_time, self._oracle), slots)
-            self.batcher.set_slots(self.model.name, pool.name, self.fleet.slots(self.model.name, pool.name))
+                self.add_replica(pool.name)
+
+    def add_replica(self, pool: str) -> SimReplica:
+        """A new replica of `pool`, serving at once."""
+        config = self.model.pool(pool)
+        engine = self.model.pool_engine(config)
+        slots = min(self.model.pool_deployment(config).max_ongoing_requests, engine.max_num_seqs)
+        shape = engine_shape(engine, self._kv_cache_tokens)
+        replica = self.fleet.add_replica(self.model, pool, SimEngine(shape, self._step_time, self._oracle), slots)
+        self.pool_changed(pool)
+        return replica
+
+    def pool_changed(self, pool: str) -> None:
+        """Tell the batcher the pool's slots, as the ingress's capacity poll does."""
+        self.batcher.set_slots(self.model.name, pool, self.fleet.slots(self.model.name, pool))
 
     async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
         """One request's record, timed as a client of the ingress would time it."""
@@ -131,7 +145,8 @@ def generation_request(request_id: str, request: SimRequest) -> GenerationReques
     """The engine request the ingress would render: `prompt_tokens` ids, greedy."""
     from vllm.sampling_params import SamplingParams
 
-    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0)
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=request.ignore_eos, temperature=0.0,
+                            seed=request.seed)
     return GenerationRequest(request_id, (0,) * request.prompt_tokens, params, max_tokens=request.max_tokens)
 
 
@@ -149,14 +164,20 @@ async def timed(chunks: AsyncIterator[GenerationChunk | EngineError], request: S
     output = 0
     async for item in chunks:
         if isinstance(item, EngineError):
-            return metrics.failed("stream_error", sent - origin, error=item.message)
+            return metrics.failed("stream_error", sent - origin, error=f"{item.status} {item.code}: {item.message}")
         output += item.num_tokens
         timer.feed({"choices": [{}]} if item.num_tokens else {}, _now())
     timer.feed({"usage": {"completion_tokens": output, "prompt_tokens": request.prompt_tokens}}, _now())
     return timer.finish()
 
 
-async def closed_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest], concurrency: int) -> tuple[list, float]:
+class Client(Protocol):
+    async def send(self, request: SimRequest, origin: float) -> metrics.RequestRecord:
+        """The request's record, timed from `origin` (the run's start)."""
+        ...
+
+
+async def closed_loop(app: Client, requests: Iterable[SimRequest], concurrency: int) -> tuple[list, float]:
     """`concurrency` clients, each sending its next request when the last one ended
     (`vllm bench serve --max-concurrency` with every request sent at once)."""
     loop = asyncio.get_running_loop()
@@ -172,7 +193,7 @@ async def closed_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest]
     return records, loop.time() - origin
 
 
-async def open_loop(app: SimApp | VllmServeSim, requests: Iterable[SimRequest]) -> tuple[list, float]:
+async def open_loop(app: Client, requests: Iterable[SimRequest]) -> tuple[list, float]:
     """Each request sent at its `arrival_s` (seeded arrivals, as `--request-rate`)."""
     loop = asyncio.get_running_loop()
     origin = loop.time()

@@ -58,6 +58,10 @@ FACTORS = {
         "extra end-to-end seconds per stream resumed or re-sent after a Spot node is lost under load, over an "
         "uninterrupted run of the same streams (fault test), over several runs", "extra_e2el_s_per_resumed_stream",
         False, 3),
+    "spot_lost_work_s": FactorSpec(
+        "replica-seconds of work computed again per Spot interruption (tokens a lost node had computed, redone "
+        "elsewhere), on a fleet under load, over an uninterrupted run of the same requests (fleet simulator)",
+        "replica_s_lost_per_interruption", False, 1),
 }
 """Factor names the planner reads, with what each means and must be."""
 

@@ -109,12 +109,16 @@ def plan_factors(baseline: Baseline, measured: Mapping[str, MeasuredFactor], int
             else PlanFactor(1.0, "not measured", f"UNMEASURED: no file gives factors.{name} ({why}); the setups "
                                                  "using it are priced as if it were 1.0", FACTORS[name].meaning)
     resume = measured.get("spot_resume_overhead_s")
-    factors["spot_lost_work_s"] = PlanFactor(
-        resume.value, "derived", resume.source, "spot_resume_overhead_s as replica-seconds lost per interruption",
-        resume.measured_on, resume.command, SPOT_LOST_WORK_ASSUMPTION,
-        hardware_warning(resume.hardware, target, "spot_resume_overhead_s", allow_other_hardware),
-    ) if resume else PlanFactor(lost_work_s, "assumed", f"--spot-lost-work-s {lost_work_s:g} "
-                                                          "(no file gives a usable factors.spot_resume_overhead_s)")
+    if "spot_lost_work_s" in measured:  # the fleet simulator's, before a single engine's fault test
+        factors["spot_lost_work_s"] = from_measurement("spot_lost_work_s", measured["spot_lost_work_s"], target,
+                                                       allow_other_hardware)
+    else:
+        factors["spot_lost_work_s"] = PlanFactor(
+            resume.value, "derived", resume.source, "spot_resume_overhead_s as replica-seconds lost per interruption",
+            resume.measured_on, resume.command, SPOT_LOST_WORK_ASSUMPTION,
+            hardware_warning(resume.hardware, target, "spot_resume_overhead_s", allow_other_hardware),
+        ) if resume else PlanFactor(lost_work_s, "assumed", f"--spot-lost-work-s {lost_work_s:g} (no file gives "
+                                                              "a usable factors.spot_lost_work_s or spot_resume_overhead_s)")
     factors["spot_interruptions_per_hour"] = PlanFactor(
         interruptions_per_day / 24, "assumed", f"--spot-interruptions-per-day {interruptions_per_day:g}")
     factors["spot_replacement_s"] = PlanFactor(replacement_s, "assumed", f"--spot-replacement-s {replacement_s:g}")

@@ -16,6 +16,7 @@ from serve_app.cost.plan import (
     hourly_rates,
     plan,
     plan_factors,
+    useful_fraction,
 )
 from serve_app.cost.prices import Prices, load_price_book
 from tests.serve_app.cost.test_meter import instance
@@ -86,6 +87,18 @@ def test_measured_factors_spot_split_and_the_preemption_price():
     assert base["cost_per_1k_requests_usd"] == pytest.approx(1000 * base["monthly_usd"] / requests, rel=1e-4)
     assert base["cost_per_1m_output_tokens_usd"] == pytest.approx(1e6 * base["monthly_usd"] / (requests * 100),
                                                                   rel=1e-4)
+
+
+def test_the_simulated_lost_work_per_interruption_prices_spot_before_the_fault_tests_derived_one():
+    simulated = MeasuredFactor(value=40.0, metric=FACTORS["spot_lost_work_s"].metric, definition="d",
+                               measured_on="simulated", hardware=Hardware(kind="gpu", model="L40S"), command="c",
+                               runs=1, basis="simulated", calibration_error=0.12, source="fleetsim_spot.json")
+    chosen = plan_factors(baseline(), {**measured(spot_resume_overhead_s=60.0), "spot_lost_work_s": simulated},
+                          2.4, 999.0, 300.0, target="gpu", allow_other_hardware=True)
+    lost = chosen["spot_lost_work_s"]
+    assert (lost.value, lost.basis, lost.source) == (40.0, "simulated", "fleetsim_spot.json")
+    assert "12%" in lost.assumption and not lost.warning  # simulated on the GPU it prices
+    assert useful_fraction(chosen) == pytest.approx(1 - 0.1 * 340 / 3600)
 
 
 def test_an_unmeasured_factor_is_1_and_says_so_never_the_published_figure():
