@@ -1,9 +1,10 @@
 """Spot interruptions in the fleet simulator: notices, lost nodes, replacements,
 and a client that sends a broken request again.
 
-A notice names a replica (`Interruption`); `interrupt` drains it or not (the
-app's rule is to drain: `SimReplica.draining`), asks for its replacement, and
-removes it `NOTICE_S` later, when every stream still on it sees the replica lost
+A notice names a replica (`Interruption`); `interrupt` asks for its
+replacement, drains it some time before its node goes or not at all (the app's
+rule is to drain at the notice: `SimReplica.draining`), and removes it
+`NOTICE_S` after the notice, when every stream still on it sees the replica lost
 and the app's batcher resumes (or re-sends) it. `ResendingClient` is the other
 side: a client that sends a request again from the start when its stream broke
 because its replica was lost, as one must where nothing resumes it.
@@ -44,16 +45,22 @@ def interruptions(count: int, span_s: float, seed: int) -> list[Interruption]:
             for i in range(count)]
 
 
-async def interrupt(app: SimApp, events: list[Interruption], drain: bool, replacement_s: float) -> None:
-    """Each notice in turn: drain (or not) the drawn replica, ask for its replacement,
-    and `NOTICE_S` later remove it."""
+async def interrupt(app: SimApp, events: list[Interruption], drain_before_s: float | None,
+                    replacement_s: float) -> None:
+    """Each notice in turn: ask for the drawn replica's replacement, drain the replica
+    `drain_before_s` before its node goes (None: never), and remove it `NOTICE_S`
+    after the notice."""
     pool = app.model.pools[0].name
     loop = asyncio.get_running_loop()
     noticed: set[str] = set()
     pending = []
 
     async def lose(replica: SimReplica) -> None:
-        await asyncio.sleep(NOTICE_S)
+        if drain_before_s is not None:
+            await asyncio.sleep(max(0.0, NOTICE_S - drain_before_s))
+            replica.draining = True
+            app.pool_changed(pool)
+        await asyncio.sleep(min(NOTICE_S, drain_before_s) if drain_before_s is not None else NOTICE_S)
         app.fleet.remove_replica(replica)
         app.pool_changed(pool)
 
@@ -66,9 +73,6 @@ async def interrupt(app: SimApp, events: list[Interruption], drain: bool, replac
         live = [r for r in app.fleet.replicas(app.model.name, pool) if r.name not in noticed]
         replica = live[event.pick % len(live)]
         noticed.add(replica.name)
-        if drain:
-            replica.draining = True
-            app.pool_changed(pool)
         pending += [asyncio.create_task(lose(replica)), asyncio.create_task(replace_it())]
     await asyncio.gather(*pending)
 
