@@ -70,7 +70,11 @@ def spot_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     tolls, worst = data["per_interruption"], data["spot_advisor"][list(data["spot_advisor"])[-1]]
     fleet, at = f"{data['replicas']} x {data['engine']['name']}", where(path, data)
     cost = worst["spot-resume"]["usd_per_1m_output_tokens"] / data["on_demand_usd_per_1m_output_tokens"]
-    return [f"| PROJECTED Spot, {fleet}: streams broken per interruption, resend / app | "
+    runs = data["results"]
+    within = " / ".join(f"{r['good_requests'] / r['requests']:.1%}" for r in runs.values())
+    return [f"| PROJECTED Spot, {fleet}, {len(data['interruptions'])} notices: requests within the SLO, "
+            f"{' / '.join(runs)} | {within} | one simulated run | {at} |",
+            f"| PROJECTED Spot, {fleet}: streams broken per interruption, resend / app | "
             f"{fmt(tolls['spot-resend']['streams_broken'])} / {fmt(tolls['spot-resume']['streams_broken'])} | "
             f"one simulated run | {at} |",
             f"| PROJECTED Spot, {fleet}: USD per 1M output tokens at the worst Spot Advisor bucket, app / on-demand | "
