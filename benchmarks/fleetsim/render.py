@@ -70,10 +70,15 @@ def spot_rows(path: str, data: Mapping[str, Any]) -> list[str]:
     tolls, worst = data["per_interruption"], data["spot_advisor"][list(data["spot_advisor"])[-1]]
     fleet, at = f"{data['replicas']} x {data['engine']['name']}", where(path, data)
     cost = worst["spot-resume"]["usd_per_1m_output_tokens"] / data["on_demand_usd_per_1m_output_tokens"]
-    runs = data["results"]
-    within = " / ".join(f"{r['good_requests'] / r['requests']:.1%}" for r in runs.values())
+    by_seed = list(data["within_slo_by_seed"].values())
+
+    def spread(name: str) -> str:
+        shares = sorted(seed[name] for seed in by_seed)
+        return f"{shares[len(shares) // 2]:.1%} [{shares[0]:.1%}-{shares[-1]:.1%}]"
+
     return [f"| PROJECTED Spot, {fleet}, {len(data['interruptions'])} notices: requests within the SLO, "
-            f"{' / '.join(runs)} | {within} | one simulated run | {at} |",
+            f"{' / '.join(data['results'])} | {' / '.join(map(spread, data['results']))} | median [range] of "
+            f"{len(by_seed)} notice draws | {at} |",
             f"| PROJECTED Spot, {fleet}: streams broken per interruption, resend / app | "
             f"{fmt(tolls['spot-resend']['streams_broken'])} / {fmt(tolls['spot-resume']['streams_broken'])} | "
             f"one simulated run | {at} |",

@@ -38,11 +38,11 @@ class Interruption:
 
 
 def interruptions(count: int, span_s: float, seed: int) -> list[Interruption]:
-    """`count` notices spread evenly over a run whose requests arrive within
+    """`count` notices at seeded times over a run whose requests arrive within
     `span_s`, each node gone before the last arrival; the same for every system."""
     draw = random.Random(seed)
-    return [Interruption((span_s - NOTICE_S) * (i + 1) / (count + 1), draw.randrange(1 << 30))
-            for i in range(count)]
+    times = sorted(draw.uniform(0.0, span_s - NOTICE_S) for _ in range(count))
+    return [Interruption(at, draw.randrange(1 << 30)) for at in times]
 
 
 async def interrupt(app: SimApp, events: list[Interruption], drain_before_s: float | None,

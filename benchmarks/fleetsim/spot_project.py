@@ -21,13 +21,15 @@ capacity). Three systems serve the same requests with the app's batcher:
   for its last `LATE_DRAIN_S` (or to the end), and whatever runs on it when the
   node goes resumes elsewhere.
 
-`--interruptions` replicas get a notice each, spread evenly over the window
-(which replica: seeded); the node goes `NOTICE_S` later, and a replacement,
-asked for at the notice, serves `--replacement-s` after it. The window is far
-more interrupted than a real one, so each interruption's toll is reported on
-its own (streams broken, tokens computed again, the replica-seconds they take),
-and the Spot Advisor's interruption-frequency buckets turn it into the useful
-share of a Spot replica-hour and a cost per 1M output tokens.
+`--interruptions` replicas get a notice each, at seeded times over the window
+(which replica: seeded too); the node goes `NOTICE_S` later, and a replacement,
+asked for at the notice, serves `--replacement-s` after it. Each of `--seeds`
+draws its notices; the first seed's runs are reported in full, every seed's
+share of requests within the SLO beside them. The window is far more
+interrupted than a real one, so each interruption's toll is reported on its own
+(streams broken, tokens computed again, the replica-seconds they take), and the
+Spot Advisor's interruption-frequency buckets turn it into the seconds of a
+Spot replica-hour lost and a cost per 1M output tokens.
 """
 
 from __future__ import annotations
@@ -153,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="the run's arrivals span: the trace's first requests that fill it at the offered rate")
     parser.add_argument("--interruptions", type=int, default=2)
     parser.add_argument("--replacement-s", type=float, default=REPLACEMENT_S)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0,1,2", help="notice draws: the first's runs in full, each one's "
+                                                          "share of requests within the SLO")
     parser.add_argument("--trace", type=Path, default=SPLITWISE)
     parser.add_argument("--out", default="benchmarks/results/fleetsim_spot")
     args = parser.parse_args(argv)
@@ -164,14 +167,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     capacity = args.replicas * replica_capacity(args.engine)
     rate = args.load * capacity
     requests = at_load(splitwise_requests(args.trace)[:round(rate * args.duration_s)], rate)
-    events = interruptions(args.interruptions, args.duration_s, args.seed)
-    print(f"[spot] {args.replicas} x {args.engine}: capacity {capacity:.1f} req/s, offered {args.load:g} of it; "
-          f"notices at {', '.join(f'{e.notice_s:.0f}s' for e in events)}", flush=True)
-    results = {}
-    for name, system in SPOT_SYSTEMS.items():
-        results[name] = r = run(config, system, engine, args.replicas, requests, events, args.replacement_s)
-        print(f"[spot] {name:12} failed {r['failed']}, streams broken {r['streams_broken']}, within the SLO "
-              f"{r['good_requests']}/{r['requests']}, E2E p99 {r['e2el_s']['p99']:.2f}s", flush=True)
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    by_seed = {}
+    for seed in seeds:
+        events = interruptions(args.interruptions, args.duration_s, seed)
+        print(f"[spot] {args.replicas} x {args.engine}: capacity {capacity:.1f} req/s, offered {args.load:g} of it; "
+              f"seed {seed}: notices at {', '.join(f'{e.notice_s:.0f}s' for e in events)}", flush=True)
+        runs = {}
+        for name, system in SPOT_SYSTEMS.items():
+            runs[name] = r = run(config, system, engine, args.replicas, requests, events, args.replacement_s)
+            print(f"[spot] {name:22} failed {r['failed']}, streams broken {r['streams_broken']}, within the SLO "
+                  f"{r['good_requests']}/{r['requests']}, E2E p99 {r['e2el_s']['p99']:.2f}s", flush=True)
+        by_seed[seed] = (events, runs)
+    events, results = by_seed[seeds[0]]
     chunk = config.models[0].engine.max_num_batched_tokens or config.models[0].engine.max_model_len
     tolls = {name: toll(results[name], results["on-demand"], args.interruptions, engine, args.replicas, chunk)
              for name, system in SPOT_SYSTEMS.items() if system.interrupted}
@@ -186,7 +194,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "from": "its first requests, their arrivals time-scaled to the offered rate",
                   "arrivals_span_s": args.duration_s},
         "capacity_source": f"{ROUTING[args.engine].relative_to(REPO)}: its closed-loop capacity per replica",
-        "interruptions": [asdict(e) for e in events], "notice_s": NOTICE_S,
+        "interruptions": [asdict(e) for e in events], "notice_s": NOTICE_S, "seeds": seeds,
+        "within_slo_by_seed": {str(seed): {"notices_s": [e.notice_s for e in events_],
+                                           **{name: r["good_requests"] / r["requests"] for name, r in runs.items()}}
+                               for seed, (events_, runs) in by_seed.items()},
         "replacement_s": args.replacement_s, "replacement_basis": "assumed" if args.replacement_s == REPLACEMENT_S
         else "operator input", "slo": vars(SLO), "results": results, "per_interruption": tolls,
         "price": {**price, "spot_usd_per_hour": instance.spot.hourly_usd, "od_usd_per_hour": instance.on_demand.hourly_usd,
