@@ -61,13 +61,13 @@ from benchmarks.fleetsim.traces import SPLITWISE, splitwise_requests
 from benchmarks.provenance import REPO, command_line
 from benchmarks.report import write_json
 from serve_app.config import AppConfig
+from serve_app.cost.plan import HOURS_PER_MONTH
 from serve_app.cost.prices import load_price_book
 
 SPOT_ADVISOR_BUCKETS = {"<5%": 0.05, "5-10%": 0.10, "10-15%": 0.15, "15-20%": 0.20, ">20%": 0.25}
 """The AWS Spot Instance Advisor's frequency-of-interruption buckets (share of an
 instance type's Spot capacity reclaimed over the trailing month), each taken at
 its upper edge (">20%" at 25%): interruptions per instance-month."""
-HOURS_PER_MONTH = 730.0
 ROUTING = {"llama-3.1-8b-h100": REPO / "benchmarks" / "results" / "fleetsim_routing.json",
            "llama-3.1-8b-l40s": REPO / "benchmarks" / "results" / "fleetsim_routing_l40s.json"}
 """The routing projections whose capacity calibrates the offered load."""
