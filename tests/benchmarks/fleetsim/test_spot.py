@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 
 import pytest
 
@@ -81,9 +82,13 @@ def test_advisor_costs_grow_with_the_interruption_rate_and_the_lost_work():
 
 
 def test_a_small_spot_projection_breaks_streams_only_where_nothing_resumes_and_writes_the_planner_s_factor(tmp_path):
+    rng = random.Random(0)
+    trace = tmp_path / "trace.csv"
+    rows = [f"{i * 0.2:.1f},{rng.randint(50, 1500)},{rng.choice([8, 30, 200, 400])}" for i in range(400)]
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "\n".join(rows) + "\n")
     out = tmp_path / "spot"
-    spot_project.main(["--replicas", "2", "--load", "0.3", "--duration-s", "200", "--interruptions", "1",
-                       "--replacement-s", "60", "--seeds", "0", "--out", str(out)])
+    spot_project.main(["--replicas", "2", "--load", "0.3", "--duration-s", "160", "--interruptions", "1",
+                       "--replacement-s", "60", "--seeds", "0", "--trace", str(trace), "--out", str(out)])
     result = json.loads(out.with_suffix(".json").read_text())
     runs, tolls = result["results"], result["per_interruption"]
     assert result["projected"] and set(runs) == set(spot_project.SPOT_SYSTEMS)
