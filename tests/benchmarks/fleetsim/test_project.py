@@ -4,17 +4,14 @@ with the published source of its step time, for every system and load."""
 from __future__ import annotations
 
 import json
-import random
 
 from benchmarks.fleetsim.project import SYSTEMS, capacity_at_slo, main
 from serve_app.cost.measured import read_factors
+from tests.benchmarks.fleetsim.trace_file import write_trace
 
 
 def test_a_small_projection_names_its_sources_and_covers_every_system_and_load(tmp_path):
-    rng = random.Random(0)
-    trace = tmp_path / "trace.csv"
-    rows = [f"{i * 0.05:.3f},{rng.randint(50, 1500)},{rng.choice([8, 30, 300, 600])}" for i in range(120)]
-    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "\n".join(rows) + "\n")
+    trace = write_trace(tmp_path / "trace.csv", 120, 0.05, [8, 30, 300, 600])
     out = tmp_path / "routing"
     main(["--replicas", "2", "--loads", "0.5,1.0", "--trace", str(trace), "--out", str(out)])
     result = json.loads(out.with_suffix(".json").read_text())

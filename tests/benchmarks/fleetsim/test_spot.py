@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 
 import pytest
 
@@ -15,6 +14,7 @@ from benchmarks.fleetsim.fleet import LeastLoadedRouter
 from benchmarks.fleetsim.simulate import SimApp, SimRequest
 from benchmarks.fleetsim.spot import ResendingClient
 from tests.benchmarks.fleetsim.test_simulate import LONG, SHORT, STEP, config
+from tests.benchmarks.fleetsim.trace_file import write_trace
 
 ANSWER = 100
 """Tokens of the answer a node is lost in the middle of (about 1.1 s at `STEP`'s pace)."""
@@ -82,10 +82,7 @@ def test_advisor_costs_grow_with_the_interruption_rate_and_the_lost_work():
 
 
 def test_a_small_spot_projection_breaks_streams_only_where_nothing_resumes_and_writes_the_planner_s_factor(tmp_path):
-    rng = random.Random(0)
-    trace = tmp_path / "trace.csv"
-    rows = [f"{i * 0.2:.1f},{rng.randint(50, 1500)},{rng.choice([8, 30, 200, 400])}" for i in range(400)]
-    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "\n".join(rows) + "\n")
+    trace = write_trace(tmp_path / "trace.csv", 400, 0.2, [8, 30, 200, 400])
     out = tmp_path / "spot"
     spot_project.main(["--replicas", "2", "--load", "0.3", "--duration-s", "160", "--interruptions", "1",
                        "--replacement-s", "60", "--seeds", "0", "--trace", str(trace), "--out", str(out)])
